@@ -1,0 +1,127 @@
+"""Kaldi-compatible log-mel filterbank features, as WeNet computes them.
+
+WeNet's ``compute_fbank`` scales float samples in [-1, 1] to the int16 range (Kaldi's convention) and calls
+Kaldi fbank with dither 0 at inference, 25 ms windows, 10 ms shift and ``snip_edges=True``; these defaults
+reproduce that, so a WeNet checkpoint sees the features it was trained on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import kaldi_native_fbank as knf
+import numpy as np
+
+INT16_SCALE = 32768.0  # WeNet multiplies [-1, 1] samples by 1 << 15 before fbank
+
+
+@dataclass(frozen=True)
+class FbankConfig:
+    sample_rate: int = 16000        # Hz
+    num_mel_bins: int = 80          # mel filters = feature dim
+    frame_length_ms: float = 25.0   # analysis window
+    frame_shift_ms: float = 10.0    # hop
+    dither: float = 0.0             # 0 at inference: features are deterministic
+    snip_edges: bool = True         # Kaldi/WeNet default; sherpa-onnx uses False
+    scale_to_int16: bool = True     # input is float in [-1, 1]; Kaldi expects int16-range values
+
+    @property
+    def window_samples(self) -> int:
+        return int(self.sample_rate * self.frame_length_ms / 1000)
+
+    @property
+    def shift_samples(self) -> int:
+        return int(self.sample_rate * self.frame_shift_ms / 1000)
+
+    def num_frames(self, num_samples: int) -> int:
+        """Frames produced by ``num_samples`` samples (snip_edges semantics when ``snip_edges``)."""
+        if self.snip_edges:
+            if num_samples < self.window_samples:
+                return 0
+            return 1 + (num_samples - self.window_samples) // self.shift_samples
+        return (num_samples + self.shift_samples // 2) // self.shift_samples
+
+    def knf_options(self) -> knf.FbankOptions:
+        opts = knf.FbankOptions()
+        opts.frame_opts.samp_freq = float(self.sample_rate)
+        opts.frame_opts.frame_length_ms = self.frame_length_ms
+        opts.frame_opts.frame_shift_ms = self.frame_shift_ms
+        opts.frame_opts.dither = self.dither
+        opts.frame_opts.snip_edges = self.snip_edges
+        opts.mel_opts.num_bins = self.num_mel_bins
+        # WeNet passes energy_floor=0.0 (torchaudio's default is 1.0); only matters with use_energy.
+        opts.energy_floor = 0.0
+        return opts
+
+
+def fbank(waveform: np.ndarray, config: FbankConfig = FbankConfig()) -> np.ndarray:
+    """Fbank of one utterance.
+
+    waveform: (num_samples,) float samples in [-1, 1] (or int16-range floats if ``not config.scale_to_int16``)
+    returns:  (num_frames, num_mel_bins) float32
+    """
+    samples = np.asarray(waveform, dtype=np.float32).reshape(-1)
+    if config.scale_to_int16:
+        samples = samples * INT16_SCALE
+    computer = knf.OnlineFbank(config.knf_options())
+    computer.accept_waveform(float(config.sample_rate), samples)
+    computer.input_finished()
+    n = computer.num_frames_ready
+    if n == 0:
+        return np.zeros((0, config.num_mel_bins), dtype=np.float32)
+    return np.stack([computer.get_frame(i) for i in range(n)]).astype(np.float32, copy=False)
+
+
+def batch_fbank(waveforms: Sequence[np.ndarray], config: FbankConfig = FbankConfig(),
+                pad_value: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Fbank of several utterances, zero-padded into one batch.
+
+    returns: feats (B, T_max, num_mel_bins) float32, feat_lens (B,) int32
+    """
+    feats = [fbank(w, config) for w in waveforms]
+    lens = np.array([f.shape[0] for f in feats], dtype=np.int32)
+    out = np.full((len(feats), int(lens.max(initial=0)), config.num_mel_bins), pad_value, dtype=np.float32)
+    for i, f in enumerate(feats):
+        out[i, : f.shape[0]] = f
+    return out, lens
+
+
+class StreamingFbank:
+    """Per-stream fbank buffer: accepts audio of any length, emits frames identical to the whole-utterance fbank.
+
+    With dither 0 every Kaldi frame depends only on its own window of samples, so computing fbank over a buffer
+    that starts on a frame boundary gives bit-identical frames; we keep the samples from the start of the first
+    frame that is not yet complete (the "residual") and drop the rest.
+    """
+
+    def __init__(self, config: FbankConfig = FbankConfig()):
+        if not config.snip_edges:
+            # Without snip_edges the first frames reflect samples around t=0 and the last ones depend on the
+            # end of the utterance, so incremental output would not equal the full fbank.
+            raise ValueError("StreamingFbank needs snip_edges=True")
+        self.config = config
+        self._residual = np.zeros(0, dtype=np.float32)  # (n,) samples not yet consumed by complete frames
+        self.num_frames_emitted = 0                     # frames returned so far
+
+    def accept_waveform(self, samples: np.ndarray) -> np.ndarray:
+        """Append samples; returns the frames that became complete: (n_new, num_mel_bins) float32."""
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        buf = np.concatenate([self._residual, samples]) if self._residual.size else samples
+        n = self.config.num_frames(buf.size)
+        if n == 0:
+            self._residual = buf.copy()
+            return np.zeros((0, self.config.num_mel_bins), dtype=np.float32)
+        used = self.config.window_samples + (n - 1) * self.config.shift_samples
+        frames = fbank(buf[:used], self.config)
+        self._residual = buf[n * self.config.shift_samples:].copy()
+        self.num_frames_emitted += n
+        return frames
+
+    @property
+    def residual_samples(self) -> int:
+        return int(self._residual.size)
+
+    def reset(self) -> None:
+        self._residual = np.zeros(0, dtype=np.float32)
+        self.num_frames_emitted = 0

@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""Synthesise an English speech corpus with espeak-ng for the bundled demo model.
+
+Writes Kaldi/WeNet-style data dirs::
+
+    OUT/train/{wav.scp,text,utt2spk}     training voices, training sentences
+    OUT/test_a/{wav.scp,text,utt2spk}    new sentences, training voice/variant combinations, random perturbation
+    OUT/test_b/{wav.scp,text,utt2spk}    voice/variant combinations never used in training
+    OUT/wavs/<split>/<utt>.wav           16 kHz mono int16
+
+Variety comes from the voice (accent x variant), speed, pitch, word gap, gain and added noise: espeak-ng is
+bit-exact for the same settings, so every utterance draws fresh settings.
+
+    python scripts/make_corpus.py --out /work/data/corpus --train 12000 --test 300 --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import multiprocessing as mp
+import os
+import random
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+SAMPLE_RATE = 16000  # Hz, what the recogniser expects
+
+# espeak-ng's English accents (the MBROLA voices need packages that are not in Debian main).
+ACCENTS = ("en-gb", "en-us", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-rp", "en-gb-x-gbcwmd", "en-029",
+           "en-us-nyc")
+# Variants that are not speech-like (whisper, croak, robots at extreme settings) are still kept: they add
+# timbre variety, and the test split B measures how far the model generalises anyway.
+VARIANTS_DIR = Path("/usr/lib/x86_64-linux-gnu/espeak-ng-data/voices/!v")
+
+ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+TEENS = ("ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+         "nineteen")
+TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+
+NAMES = ("anna", "ben", "carla", "david", "emma", "frank", "grace", "henry", "lucy", "mark", "nina", "oscar",
+         "paul", "rosa", "sam", "tom", "maria", "john", "kate", "peter")
+DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december")
+PLACES = ("the station", "the office", "the park", "the library", "the market", "the school", "the hospital",
+          "the airport", "the bank", "the shop", "the kitchen", "the garden", "the beach", "the hotel",
+          "the museum", "the city centre", "the bus stop", "the cinema", "the restaurant", "home")
+THINGS = ("the keys", "my phone", "a coffee", "some bread", "the tickets", "a new car", "the newspaper",
+          "a cup of tea", "the umbrella", "my bag", "the letter", "a glass of water", "the computer",
+          "some apples", "the milk", "a sandwich", "the book", "my jacket", "the map", "a small table",
+          "the red box", "two chairs", "the blue shirt", "fresh fruit", "the window")
+COLOURS = ("red", "blue", "green", "yellow", "black", "white", "brown", "orange", "grey", "pink")
+ADJECTIVES = ("good", "bad", "big", "small", "hot", "cold", "new", "old", "quick", "slow", "happy", "tired",
+              "busy", "quiet", "early", "late", "cheap", "expensive", "easy", "difficult", "warm", "clean")
+VERBS_PAST = ("bought", "found", "lost", "forgot", "took", "brought", "sold", "needed", "wanted", "opened",
+              "closed", "cleaned", "moved", "washed", "carried", "ordered")
+WEATHER = ("sunny", "rainy", "windy", "cloudy", "cold", "warm", "foggy", "hot")
+
+
+def say_number(n: int) -> str:
+    """0..9999 as English words, without 'and' (the way espeak reads plain words back)."""
+    if n < 10:
+        return ONES[n]
+    if n < 20:
+        return TEENS[n - 10]
+    if n < 100:
+        return TENS[n // 10] + ("" if n % 10 == 0 else " " + ONES[n % 10])
+    if n < 1000:
+        rest = n % 100
+        return ONES[n // 100] + " hundred" + ("" if rest == 0 else " " + say_number(rest))
+    rest = n % 1000
+    return say_number(n // 1000) + " thousand" + ("" if rest == 0 else " " + say_number(rest))
+
+
+def say_time(rng: random.Random) -> str:
+    h = rng.randint(1, 12)
+    m = rng.choice((0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, rng.randint(1, 59)))
+    style = rng.random()
+    if m == 0:
+        return f"{say_number(h)} o'clock" if style < 0.6 else say_number(h)
+    if m == 15 and style < 0.4:
+        return f"quarter past {say_number(h)}"
+    if m == 30 and style < 0.4:
+        return f"half past {say_number(h)}"
+    if m < 10:
+        return f"{say_number(h)} oh {say_number(m)}"
+    return f"{say_number(h)} {say_number(m)}"
+
+
+def digits(rng: random.Random, lo: int, hi: int) -> str:
+    return " ".join(ONES[rng.randint(0, 9)] for _ in range(rng.randint(lo, hi)))
+
+
+def sentence(rng: random.Random) -> str:
+    """One random everyday sentence, already written as the words espeak should say."""
+    c = rng.randrange(16)
+    n = rng.choice(NAMES)
+    if c == 0:
+        return f"my phone number is {digits(rng, 4, 8)}"
+    if c == 1:
+        return f"the train to {rng.choice(PLACES)} leaves at {say_time(rng)}"
+    if c == 2:
+        return f"{n} {rng.choice(VERBS_PAST)} {rng.choice(THINGS)} on {rng.choice(DAYS)}"
+    if c == 3:
+        return f"please meet me at {rng.choice(PLACES)} at {say_time(rng)}"
+    if c == 4:
+        return f"i need {say_number(rng.randint(2, 99))} {rng.choice(COLOURS)} {rng.choice(('boxes', 'cups', 'pens', 'bags', 'chairs', 'books'))}"
+    if c == 5:
+        return f"the weather is {rng.choice(WEATHER)} and {rng.choice(ADJECTIVES)} today"
+    if c == 6:
+        return f"it costs {say_number(rng.randint(1, 999))} dollars"
+    if c == 7:
+        return f"{n} is {rng.choice(('very', 'quite', 'not', 'so', 'really'))} {rng.choice(ADJECTIVES)}"
+    if c == 8:
+        return f"the meeting is on {rng.choice(DAYS)} the {say_number(rng.randint(1, 28))} of {rng.choice(MONTHS)}"
+    if c == 9:
+        return f"can you bring {rng.choice(THINGS)} to {rng.choice(PLACES)}"
+    if c == 10:
+        return f"room {say_number(rng.randint(1, 999))} is on floor {say_number(rng.randint(1, 40))}"
+    if c == 11:
+        return f"{n} and {rng.choice(NAMES)} went to {rng.choice(PLACES)} at {say_time(rng)}"
+    if c == 12:
+        return f"the code is {digits(rng, 3, 6)}"
+    if c == 13:
+        return f"i left {rng.choice(THINGS)} at {rng.choice(PLACES)} {rng.choice(('yesterday', 'today', 'this morning', 'last night', 'on ' + rng.choice(DAYS)))}"
+    if c == 14:
+        return f"it is {say_time(rng)} and {n} is {rng.choice(('late', 'early', 'here', 'at ' + rng.choice(PLACES)))}"
+    return f"there are {say_number(rng.randint(2, 9999))} people in {rng.choice(PLACES)}"
+
+
+@dataclass(frozen=True)
+class Job:
+    split: str       # train / test_a / test_b
+    utt: str         # utterance id
+    text: str        # transcript (what espeak says)
+    voice: str       # accent+variant, as -v takes it
+    speed: int       # words per minute (espeak -s)
+    pitch: int       # 0..99 (espeak -p)
+    gap: int         # extra gap between words, 10 ms units (espeak -g)
+    gain: float      # linear gain on the waveform
+    snr_db: float    # signal-to-noise ratio of the added noise; inf: none
+    seed: int        # for the noise
+
+
+def synthesise(job: Job, out_dir: Path) -> tuple[str, str, str, str] | None:
+    """Run espeak-ng | sox into 16 kHz, add gain and noise, write the wav; returns the scp/text entries."""
+    espeak = ["espeak-ng", "-v", job.voice, "-s", str(job.speed), "-p", str(job.pitch), "-g", str(job.gap),
+              "--stdout", job.text]
+    sox = ["sox", "-t", "wav", "-", "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", "-t", "wav", "-"]
+    try:
+        raw = subprocess.run(espeak, check=True, capture_output=True, timeout=30).stdout
+        wav = subprocess.run(sox, input=raw, check=True, capture_output=True, timeout=30).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None
+    audio, sr = sf.read(io.BytesIO(wav), dtype="float32")
+    if sr != SAMPLE_RATE or audio.size < SAMPLE_RATE // 4:
+        return None
+    rng = np.random.default_rng(job.seed)
+    peak = float(np.abs(audio).max()) or 1.0
+    audio = audio / peak * job.gain
+    # Short random silence at both ends: real recordings do not start on the first phone.
+    pad = [int(rng.uniform(0.05, 0.4) * SAMPLE_RATE) for _ in range(2)]
+    audio = np.concatenate([np.zeros(pad[0], np.float32), audio, np.zeros(pad[1], np.float32)])
+    if np.isfinite(job.snr_db):
+        noise = rng.standard_normal(audio.size).astype(np.float32)
+        if rng.random() < 0.5:  # brown-ish noise: integrate white noise, remove drift
+            noise = np.cumsum(noise)
+            noise -= np.convolve(noise, np.ones(401) / 401, mode="same")
+        speech_pow = float(np.mean(audio[pad[0]:audio.size - pad[1]] ** 2)) + 1e-12
+        noise *= np.sqrt(speech_pow / (float(np.mean(noise ** 2)) + 1e-12) / 10 ** (job.snr_db / 10))
+        audio = audio + noise
+    audio = np.clip(audio, -1.0, 1.0)
+    path = out_dir / "wavs" / job.split / f"{job.utt}.wav"
+    sf.write(path, audio, SAMPLE_RATE, subtype="PCM_16")
+    return job.split, job.utt, str(path.resolve()), job.text
+
+
+def _worker(args: tuple[Job, Path]):
+    return synthesise(*args)
+
+
+def random_settings(rng: random.Random) -> dict:
+    return dict(speed=rng.randint(120, 260), pitch=rng.randint(15, 85), gap=rng.choice((0, 0, 0, 1, 2, 4)),
+                gain=rng.uniform(0.1, 0.95), snr_db=rng.choice((float("inf"), rng.uniform(5, 35),
+                                                               rng.uniform(15, 40))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--train", type=int, default=12000, help="training utterances")
+    ap.add_argument("--test", type=int, default=300, help="utterances per test split")
+    ap.add_argument("--heldout-combos", type=float, default=0.15,
+                    help="fraction of accent x variant combinations kept out of training (split B)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args(argv)
+
+    rng = random.Random(args.seed)
+    variants = sorted(p.name for p in VARIANTS_DIR.iterdir()) if VARIANTS_DIR.is_dir() else []
+    combos = [f"{a}+{v}" for a in ACCENTS for v in variants] + list(ACCENTS)
+    rng.shuffle(combos)
+    n_held = max(1, int(len(combos) * args.heldout_combos))
+    held, seen = combos[:n_held], combos[n_held:]
+
+    # Test A sentences first, so training never draws them.
+    test_a_text: list[str] = []
+    while len(test_a_text) < args.test:
+        s = sentence(rng)
+        if s not in test_a_text:
+            test_a_text.append(s)
+    banned = set(test_a_text)
+    jobs: list[Job] = []
+    for split, count, voices in (("train", args.train, seen), ("test_a", args.test, seen),
+                                 ("test_b", args.test, held)):
+        for i in range(count):
+            if split == "test_a":
+                text = test_a_text[i]
+            else:
+                text = sentence(rng)
+                while text in banned:
+                    text = sentence(rng)
+            voice = rng.choice(voices)
+            utt = f"{split}_{i:06d}"
+            jobs.append(Job(split, utt, text, voice, seed=rng.randrange(2**31), **random_settings(rng)))
+    for split in ("train", "test_a", "test_b"):
+        (args.out / "wavs" / split).mkdir(parents=True, exist_ok=True)
+    (args.out / "voices_heldout.txt").write_text("\n".join(sorted(held)) + "\n")
+
+    entries: dict[str, list[tuple[str, str, str]]] = {"train": [], "test_a": [], "test_b": []}
+    try:
+        from tqdm import tqdm
+    except ImportError:  # progress bar is a nicety
+        def tqdm(it, **_):
+            return it
+    with mp.Pool(args.jobs) as pool:
+        for res in tqdm(pool.imap(_worker, [(j, args.out) for j in jobs], chunksize=16), total=len(jobs),
+                        desc="synthesising"):
+            if res is not None:
+                entries[res[0]].append(res[1:])
+    voice_of = {j.utt: j.voice for j in jobs}
+    for split, rows in entries.items():
+        d = args.out / split
+        d.mkdir(parents=True, exist_ok=True)
+        rows.sort()
+        (d / "wav.scp").write_text("".join(f"{u} {p}\n" for u, p, _ in rows))
+        (d / "text").write_text("".join(f"{u} {t}\n" for u, _, t in rows))
+        (d / "utt2spk").write_text("".join(f"{u} {voice_of[u]}\n" for u, _, _ in rows))
+        print(f"{split}: {len(rows)} utterances", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
