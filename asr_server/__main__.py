@@ -1,0 +1,3 @@
+from asr_server.cli import main
+
+raise SystemExit(main())

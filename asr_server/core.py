@@ -1,0 +1,271 @@
+"""The protocol-independent data plane: health, metadata, inference and streaming.
+
+gRPC and HTTP handlers convert the wire format into `asr_server.types` and call this class; it validates a
+request against its model's config, hands it to the model's scheduler and returns the responses.
+No protobuf, no grpc here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import AsyncIterator, Optional
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from asr_server import __version__
+from asr_server.dtypes import config_to_wire
+from asr_server.errors import ErrorCode, ServerError, invalid_argument
+from asr_server.repository.manager import LoadedVersion, ModelManager, ModelState
+from asr_server.scheduling.pending import Delivery, Pending, ResponseChannel
+from asr_server.shared_memory import SharedMemoryRegistry
+from asr_server.types import InferRequest, InferResponse
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "triton"  # clients (perf_analyzer among them) look for Triton's name
+EXTENSIONS = (
+    "classification", "sequence", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
+    "model_configuration", "system_shared_memory", "cuda_shared_memory", "binary_tensor_data", "parameters",
+    "statistics", "trace", "logging",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorMetadata:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelMetadata:
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorMetadata, ...]
+    outputs: tuple[TensorMetadata, ...]
+
+
+class InferenceCore:
+    def __init__(self, manager: ModelManager, strict_readiness: bool = True, model_control: str = "none") -> None:
+        self.manager = manager
+        self.strict_readiness = strict_readiness
+        self.model_control_explicit = model_control == "explicit"
+        self.poll_enabled = model_control == "poll"
+        self.shared_memory = SharedMemoryRegistry()
+        self.live = True
+
+    # ---- health and metadata --------------------------------------------------------------------
+    def server_ready(self) -> bool:
+        if not self.live:
+            return False
+        if not self.strict_readiness:
+            return True
+        # Strict readiness: every model the server was asked to load is ready (unloaded ones don't count).
+        return all(e.state == ModelState.READY or e.reason == "unloaded" for e in self.manager.models.values())
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.manager.get(name, version)
+        except ServerError:
+            return False
+        return True
+
+    def server_metadata(self) -> dict:
+        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+
+    def model_config(self, name: str, version: str = "") -> mc.ModelConfig:
+        return self.manager.get(name, version).config
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        loaded = self.manager.get(name, version)
+        entry = self.manager.entry(name)
+        config = loaded.config
+        batch = (-1,) if config.max_batch_size > 0 else ()
+
+        def describe(tensors) -> tuple[TensorMetadata, ...]:
+            return tuple(TensorMetadata(t.name, config_to_wire(t.data_type), batch + tuple(t.dims)) for t in tensors)
+
+        return ModelMetadata(
+            name=name,
+            versions=tuple(str(v) for v in sorted(entry.versions)),
+            platform=config.platform or config.backend,
+            inputs=describe(config.input),
+            outputs=describe(config.output),
+        )
+
+    def statistics(self, name: str = "", version: str = "") -> list[tuple[str, int, object]]:
+        """(name, version, ModelStatistics snapshot) for one model, or every loaded model when name is ""."""
+        if name:
+            try:
+                loaded = [self.manager.get(name, version)] if version else list(self.manager.entry(name).versions.values())
+            except ServerError:
+                loaded = []
+            if not loaded:
+                raise invalid_argument(f"requested model '{name}' is not available")
+        else:
+            loaded = [v for e in self.manager.models.values() for v in e.versions.values()]
+        return [(v.name, v.version, v.stats.snapshot()) for v in sorted(loaded, key=lambda v: (v.name, v.version))]
+
+    # ---- repository -----------------------------------------------------------------------------
+    def repository_index(self, ready_only: bool = False) -> list[dict]:
+        rows = []
+        for name in sorted(set(self.manager.repository_names()) | set(self.manager.models)):
+            entry = self.manager.models.get(name)
+            if entry is None:
+                if not ready_only:
+                    rows.append({"name": name, "version": "", "state": "", "reason": ""})
+                continue
+            if entry.versions:
+                for number in sorted(entry.versions):
+                    rows.append({"name": name, "version": str(number), "state": "READY", "reason": ""})
+            elif not ready_only:
+                rows.append({"name": name, "version": "", "state": entry.state.value, "reason": entry.reason})
+        return rows
+
+    async def load_model(self, name: str, config_override: Optional[str] = None,
+                         files: Optional[dict[str, bytes]] = None) -> None:
+        if not self.model_control_explicit:
+            raise ServerError("explicit model load / unload is not allowed if polling is enabled"
+                              if self.poll_enabled else "explicit model load / unload is not allowed in 'none' mode",
+                              ErrorCode.UNAVAILABLE)
+        if files and not config_override:
+            raise invalid_argument(f"failed to load '{name}': 'file:' parameters require a 'config' parameter")
+        await self.manager.load(name, config_override, files or None)
+
+    async def unload_model(self, name: str) -> None:
+        if not self.model_control_explicit:
+            raise ServerError("explicit model load / unload is not allowed if polling is enabled"
+                              if self.poll_enabled else "explicit model load / unload is not allowed in 'none' mode",
+                              ErrorCode.UNAVAILABLE)
+        await self.manager.unload(name)
+
+    # ---- inference ------------------------------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """One request, one response (ModelInfer)."""
+        loaded = self.manager.get(request.model_name, request.model_version)
+        if loaded.decoupled:
+            raise ServerError(
+                "ModelInfer RPC doesn't support models with decoupled transaction policy", ErrorCode.UNIMPLEMENTED
+            )
+        channel = self._submit(loaded, request)
+        response = await channel.first()
+        return self._finish(loaded, request, response)
+
+    async def stream(self, request: InferRequest) -> AsyncIterator[Delivery]:
+        """Every response of one request (ModelStreamInfer): one for a normal model, zero or more for a
+        decoupled one; the last yielded item is final. Errors are yielded, not raised."""
+        try:
+            loaded = self.manager.get(request.model_name, request.model_version)
+            channel = self._submit(loaded, request)
+        except ServerError as error:
+            yield error
+            return
+        async for item, final in channel.stream():
+            if isinstance(item, InferResponse):
+                try:
+                    item = self._finish(loaded, request, item)
+                except ServerError as error:
+                    item = error
+                item.final = final if isinstance(item, InferResponse) else True
+            yield item
+
+    async def infer_all(self, request: InferRequest) -> list[InferResponse]:
+        """Every response of a request, for in-process callers (BLS, ensembles); raises the first error."""
+        responses = []
+        async for item in self.stream(request):
+            if isinstance(item, ServerError):
+                raise item
+            if item is not None:
+                responses.append(item)
+        return responses
+
+    def _submit(self, loaded: LoadedVersion, request: InferRequest) -> ResponseChannel:
+        validate_request(loaded.config, request)
+        channel = ResponseChannel(asyncio.get_running_loop())
+        batch_size = request.batch_size if loaded.config.max_batch_size > 0 else 1
+        loaded.scheduler.submit(Pending(request, channel, batch_size))
+        return channel
+
+    def _finish(self, loaded: LoadedVersion, request: InferRequest, response: InferResponse) -> InferResponse:
+        """Keep the requested outputs, in the order asked for, and stamp model name and version."""
+        response.model_name = loaded.name
+        response.model_version = str(loaded.version)
+        response.id = request.id
+        declared = {o.name for o in loaded.config.output}
+        if request.outputs:
+            by_name = {t.name: t for t in response.outputs}
+            missing = [o.name for o in request.outputs if o.name not in by_name]
+            if missing:
+                raise ServerError(f"model '{loaded.name}' did not produce output(s) {missing}", ErrorCode.INTERNAL)
+            response.outputs = [by_name[o.name] for o in request.outputs]
+        elif declared:
+            response.outputs = [t for t in response.outputs if t.name in declared]
+        return response
+
+
+def validate_request(config: mc.ModelConfig, request: InferRequest) -> None:
+    """Check a request against its model's config, with Triton's words."""
+    model = config.name
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    declared = {t.name: t for t in config.input}
+    given = [t.name for t in request.inputs]
+    if len(set(given)) != len(given):
+        raise invalid_argument(f"{prefix}input(s) given more than once for model '{model}'")
+    for name in given:
+        if name not in declared:
+            raise invalid_argument(f"{prefix}unexpected inference input '{name}' for model '{model}'")
+    required = [t.name for t in config.input if not t.optional]
+    missing = [n for n in required if n not in given]
+    if missing:
+        raise invalid_argument(
+            f"{prefix}expected {len(required)} inputs but got {len(given)} inputs for model '{model}'. "
+            f"Got input(s) {given}, but missing required input(s) {missing}. Please provide all required input(s)."
+        )
+    batch_size: Optional[int] = None
+    for tensor in request.inputs:
+        spec = declared[tensor.name]
+        expected = config_to_wire(spec.data_type)
+        if tensor.datatype != expected:
+            raise invalid_argument(
+                f"inference input '{tensor.name}' data-type is '{tensor.datatype}', but model '{model}' "
+                f"expects '{expected}'"
+            )
+        shape = tensor.shape
+        if config.max_batch_size > 0:
+            if not shape:
+                raise invalid_argument(f"{prefix}input '{tensor.name}' for model '{model}' has no batch dimension")
+            if batch_size is None:
+                batch_size = shape[0]
+            elif shape[0] != batch_size:
+                raise invalid_argument(
+                    f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model}'"
+                )
+            if shape[0] > config.max_batch_size or shape[0] < 1:
+                raise invalid_argument(
+                    f"{prefix}inference request batch-size must be <= {config.max_batch_size} for '{model}'"
+                )
+            shape = shape[1:]
+        dims = tuple(int(d) for d in spec.dims)
+        if not _shape_matches(shape, dims):
+            full = ([-1] if config.max_batch_size > 0 else []) + list(dims)
+            raise invalid_argument(
+                f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
+                f"Expected {_fmt(full)}, got {_fmt(tensor.shape)}"
+            )
+    outputs = {o.name for o in config.output}
+    for requested in request.outputs:
+        if outputs and requested.name not in outputs:
+            raise invalid_argument(f"{prefix}unexpected inference output '{requested.name}' for model '{model}'")
+
+
+def _shape_matches(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+    if len(shape) != len(dims):
+        return False
+    return all(d == -1 or d == s for s, d in zip(shape, dims))
+
+
+def _fmt(shape) -> str:
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"

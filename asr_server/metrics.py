@@ -1,0 +1,92 @@
+"""Prometheus metrics with Triton's names (nv_inference_*), served on the metrics port.
+
+Written as text exposition by hand, deliberately: prometheus_client renames every counter family to
+`<name>_total`, and dashboards built for Triton query `nv_inference_count`, not `nv_inference_count_total`.
+The values come from the same per-model statistics that ModelStatistics reports.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from asr_server.repository.manager import ModelManager
+
+_COUNTERS = (
+    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
+    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes"),
+    ("nv_inference_count", "Number of inferences performed (does not include cached requests)"),
+    ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)"),
+    ("nv_inference_request_duration_us", "Cumulative inference request duration in microseconds"),
+    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds"),
+    ("nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds"),
+    ("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds"),
+    ("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds"),
+)
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def _memory() -> tuple[int, int]:
+    """(total, used) bytes of system memory, from /proc/meminfo."""
+    info = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, value = line.split(":", 1)
+                info[key] = int(value.split()[0]) * 1024
+    except OSError:
+        return 0, 0
+    total = info.get("MemTotal", 0)
+    return total, total - info.get("MemAvailable", total)
+
+
+def _cpu_utilization() -> float:
+    try:
+        return min(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    except OSError:
+        return 0.0
+
+
+def render(manager: ModelManager) -> str:
+    rows: dict[str, list[str]] = {name: [] for name, _ in _COUNTERS}
+    pending: list[str] = []
+    for entry in manager.models.values():
+        for version in entry.versions.values():
+            s = version.stats.snapshot()
+            base = {"model": version.name, "version": str(version.version)}
+            label = _labels(**base)
+            rows["nv_inference_request_success"].append(f"nv_inference_request_success{label} {s.success.count}")
+            for reason in FAILURE_REASONS:
+                rows["nv_inference_request_failure"].append(
+                    f"nv_inference_request_failure{_labels(**base, reason=reason)} {s.failures_by_reason.get(reason, 0)}"
+                )
+            rows["nv_inference_count"].append(f"nv_inference_count{label} {s.inference_count}")
+            rows["nv_inference_exec_count"].append(f"nv_inference_exec_count{label} {s.execution_count}")
+            for metric, duration in (
+                ("nv_inference_request_duration_us", s.success.ns + s.fail.ns),
+                ("nv_inference_queue_duration_us", s.queue.ns),
+                ("nv_inference_compute_input_duration_us", s.compute_input.ns),
+                ("nv_inference_compute_infer_duration_us", s.compute_infer.ns),
+                ("nv_inference_compute_output_duration_us", s.compute_output.ns),
+            ):
+                rows[metric].append(f"{metric}{label} {duration // 1000}")
+            queued = getattr(version.scheduler, "queued", 0)
+            pending.append(f"nv_inference_pending_request_count{label} {queued}")
+    lines: list[str] = []
+    for name, help_text in _COUNTERS:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", *rows[name]]
+    lines += ["# HELP nv_inference_pending_request_count Instantaneous number of pending requests awaiting "
+              "execution per-model.", "# TYPE nv_inference_pending_request_count gauge", *pending]
+    total, used = _memory()
+    lines += _gauge("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", [_cpu_utilization()])
+    lines += _gauge("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", [total])
+    lines += _gauge("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", [used])
+    return "\n".join(lines) + "\n"
+
+
+def _gauge(name: str, help_text: str, values: Iterable[float]) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *(f"{name} {v}" for v in values)]

@@ -1,0 +1,250 @@
+"""Conversions between Triton's gRPC messages and the core's types. The only converter of protobuf.
+
+Tensors arrive in `raw_input_contents` (what tritonclient sends), in typed `contents`, or in a registered
+shared-memory region; responses go out in `raw_output_contents` (or into the requested region).
+BYTES on the wire: for each element a 4-byte little-endian length, then the bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Optional
+
+import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+
+from asr_server.core import ModelMetadata
+from asr_server.dtypes import ELEMENT_SIZE, numpy_dtype
+from asr_server.errors import invalid_argument
+from asr_server.shared_memory import SharedMemoryRegistry
+from asr_server.statistics import Duration, ModelStatistics
+from asr_server.types import InferRequest, InferResponse, RequestedOutput, SequenceControl, Tensor
+
+# Request parameters the server consumes itself; the rest reach the model.
+RESERVED_PARAMETERS = {
+    "sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
+    "triton_enable_empty_final_response", "binary_data_output", "headers",
+}
+SHM_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
+
+# Typed `contents` field for each datatype (FP16 and BF16 have none: they must be raw).
+CONTENTS_FIELD = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
+
+
+# ---- parameters ---------------------------------------------------------------------------------
+def parameter_value(param: pb.InferParameter) -> Any:
+    kind = param.WhichOneof("parameter_choice")
+    return getattr(param, kind) if kind else None
+
+
+def set_parameter(param: pb.InferParameter, value: Any) -> None:
+    if isinstance(value, bool):
+        param.bool_param = value
+    elif isinstance(value, int):
+        param.int64_param = value
+    elif isinstance(value, float):
+        param.double_param = value
+    else:
+        param.string_param = str(value)
+
+
+def _parameters(params) -> dict[str, Any]:
+    return {key: parameter_value(params[key]) for key in params}
+
+
+# ---- BYTES --------------------------------------------------------------------------------------
+def deserialize_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
+    """Length-prefixed BYTES elements -> object array, refusing malformed data."""
+    items, pos, end = [], 0, len(raw)
+    view = memoryview(raw)
+    while pos < end:
+        if pos + 4 > end:
+            raise invalid_argument(f"unexpected end of BYTES data for input '{name}': truncated length prefix")
+        (length,) = struct.unpack_from("<I", raw, pos)
+        pos += 4
+        if pos + length > end:
+            raise invalid_argument(
+                f"element byte size indicator {length} exceeds the remaining {end - pos} bytes of input '{name}'"
+            )
+        items.append(bytes(view[pos:pos + length]))
+        pos += length
+    if len(items) != count:
+        raise invalid_argument(f"expected {count} string elements for inference input '{name}', got {len(items)}")
+    array = np.empty(len(items), dtype=np.object_)
+    array[:] = items
+    return array
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    parts = []
+    for item in array.reshape(-1):
+        if isinstance(item, str):
+            item = item.encode("utf-8")
+        elif not isinstance(item, (bytes, bytearray)):
+            item = str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(item)))
+        parts.append(bytes(item))
+    return b"".join(parts)
+
+
+def tensor_bytes(tensor: Tensor) -> bytes:
+    if tensor.datatype == "BYTES":
+        return serialize_bytes(tensor.data)
+    return np.ascontiguousarray(tensor.data, dtype=numpy_dtype(tensor.datatype)).tobytes()
+
+
+# ---- requests -----------------------------------------------------------------------------------
+def _decode_raw(raw: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+    count = int(np.prod(shape)) if shape else 1
+    if datatype == "BYTES":
+        return deserialize_bytes(raw, count, name).reshape(shape)
+    size = ELEMENT_SIZE.get(datatype)
+    if size is None:
+        raise invalid_argument(f"invalid datatype '{datatype}' for input '{name}'")
+    if len(raw) != count * size:
+        raise invalid_argument(
+            f"unexpected total byte size {len(raw)} for input '{name}', expecting {count * size}"
+        )
+    return np.frombuffer(raw, dtype=numpy_dtype(datatype)).reshape(shape)
+
+
+def _decode_contents(contents: pb.InferTensorContents, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+    field = CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise invalid_argument(f"input '{name}' of datatype {datatype} must be sent in raw_input_contents")
+    values = list(getattr(contents, field))
+    count = int(np.prod(shape)) if shape else 1
+    if len(values) != count:
+        raise invalid_argument(
+            f"unexpected number of elements {len(values)} for input '{name}', expecting {count}"
+        )
+    if datatype == "BYTES":
+        array = np.empty(count, dtype=np.object_)
+        array[:] = values
+        return array.reshape(shape)
+    return np.array(values, dtype=numpy_dtype(datatype)).reshape(shape)
+
+
+def request_from_pb(message: pb.ModelInferRequest, shm: Optional[SharedMemoryRegistry] = None) -> InferRequest:
+    params = _parameters(message.parameters)
+    raw = list(message.raw_input_contents)
+    if raw and len(raw) != len(message.inputs):
+        raise invalid_argument(
+            f"expected {len(message.inputs)} raw input contents, got {len(raw)} for model '{message.model_name}'"
+        )
+    inputs = []
+    for index, tensor in enumerate(message.inputs):
+        shape = tuple(int(d) for d in tensor.shape)
+        if any(d < 0 for d in shape):
+            raise invalid_argument(f"input '{tensor.name}' has a negative dimension {list(shape)}")
+        tensor_params = _parameters(tensor.parameters)
+        if "shared_memory_region" in tensor_params:
+            if shm is None:
+                raise invalid_argument("shared memory is not available on this endpoint")
+            data = shm.read(
+                tensor_params["shared_memory_region"],
+                int(tensor_params.get("shared_memory_offset", 0)),
+                int(tensor_params["shared_memory_byte_size"]),
+            )
+            array = _decode_raw(data, tensor.datatype, shape, tensor.name)
+        elif raw:
+            array = _decode_raw(raw[index], tensor.datatype, shape, tensor.name)
+        else:
+            array = _decode_contents(tensor.contents, tensor.datatype, shape, tensor.name)
+        rest = {k: v for k, v in tensor_params.items() if k not in SHM_KEYS}
+        inputs.append(Tensor(tensor.name, tensor.datatype, array, rest))
+    outputs = [RequestedOutput(o.name, _parameters(o.parameters)) for o in message.outputs]
+    sequence_id = params.get("sequence_id", 0)
+    return InferRequest(
+        model_name=message.model_name,
+        model_version=message.model_version,
+        id=message.id,
+        inputs=inputs,
+        outputs=outputs,
+        parameters={k: v for k, v in params.items() if k not in RESERVED_PARAMETERS},
+        sequence=SequenceControl(
+            id=sequence_id if sequence_id is not None else 0,
+            start=bool(params.get("sequence_start", False)),
+            end=bool(params.get("sequence_end", False)),
+        ),
+        priority=int(params.get("priority", 0) or 0),
+        timeout_us=int(params.get("timeout", 0) or 0),
+    )
+
+
+# ---- responses ----------------------------------------------------------------------------------
+def response_to_pb(
+    response: InferResponse,
+    requested: Optional[list[RequestedOutput]] = None,
+    shm: Optional[SharedMemoryRegistry] = None,
+    final_flag: Optional[bool] = None,
+) -> pb.ModelInferResponse:
+    message = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
+    for key, value in response.parameters.items():
+        set_parameter(message.parameters[key], value)
+    if final_flag is not None:
+        message.parameters["triton_final_response"].bool_param = final_flag
+    placement = {o.name: o.parameters for o in (requested or []) if "shared_memory_region" in o.parameters}
+    for tensor in response.outputs:
+        out = message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
+        data = tensor_bytes(tensor)
+        where = placement.get(tensor.name)
+        if where is not None and shm is not None:
+            shm.write(
+                where["shared_memory_region"], int(where.get("shared_memory_offset", 0)), data,
+                int(where["shared_memory_byte_size"]),
+            )
+            for key in SHM_KEYS:
+                if key in where:
+                    set_parameter(out.parameters[key], where[key])
+            data = b""  # keeps raw_output_contents aligned with outputs, as tritonclient indexes them
+        message.raw_output_contents.append(data)
+    return message
+
+
+def metadata_to_pb(meta: ModelMetadata) -> pb.ModelMetadataResponse:
+    message = pb.ModelMetadataResponse(name=meta.name, versions=list(meta.versions), platform=meta.platform)
+    for tensor in meta.inputs:
+        message.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
+    for tensor in meta.outputs:
+        message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
+    return message
+
+
+def _duration(target: pb.StatisticDuration, value: Duration) -> None:
+    target.count, target.ns = value.count, value.ns
+
+
+def statistics_to_pb(name: str, version: int, stats: ModelStatistics) -> pb.ModelStatistics:
+    message = pb.ModelStatistics(
+        name=name,
+        version=str(version),
+        last_inference=stats.last_inference_ms,
+        inference_count=stats.inference_count,
+        execution_count=stats.execution_count,
+    )
+    inference = message.inference_stats
+    for field in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output"):
+        _duration(getattr(inference, field), getattr(stats, field))
+    for size in sorted(stats.batch):
+        batch = message.batch_stats.add(batch_size=size)
+        _duration(batch.compute_input, stats.batch[size].compute_input)
+        _duration(batch.compute_infer, stats.batch[size].compute_infer)
+        _duration(batch.compute_output, stats.batch[size].compute_output)
+    return message
+
+
+def config_override_json(params) -> Optional[str]:
+    """RepositoryModelLoad's `config` parameter (ModelConfig as JSON), if given."""
+    if "config" in params:
+        return params["config"].string_param
+    return None
+
+
+def message_to_dict(message) -> dict:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)

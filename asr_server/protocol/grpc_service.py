@@ -1,0 +1,287 @@
+"""Triton's `inference.GRPCInferenceService`, on the stubs that ship in tritonclient.
+
+Each method converts the message, calls the core and converts back; errors become a gRPC status through
+the one table in `status.py`. Stream errors travel in `error_message` and the stream stays open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import AsyncIterator
+
+import grpc
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from asr_server.core import InferenceCore
+from asr_server.errors import ErrorCode, ServerError, as_server_error, invalid_argument
+from asr_server.protocol import converters
+from asr_server.protocol.runtime_settings import RuntimeSettings
+from asr_server.protocol.status import GRPC_STATUS
+from asr_server.types import InferResponse
+
+log = logging.getLogger(__name__)
+
+
+def _log_error(method: str, error: ServerError) -> None:
+    if error.is_client_error:
+        log.warning("%s: %s", method, error.message)  # a client mistake: one line, no traceback
+    else:
+        log.error("%s: %s", method, error.message)
+
+
+def unary(method):
+    """Turn a ServerError (or any exception) into the matching gRPC status."""
+
+    @functools.wraps(method)
+    async def wrapper(self, request, context):
+        try:
+            return await method(self, request, context)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status, never a crash
+            error = as_server_error(exc)
+            if not isinstance(exc, ServerError):
+                log.exception("%s failed", method.__name__)
+            _log_error(method.__name__, error)
+            await context.abort(GRPC_STATUS[error.code], error.message)
+
+    return wrapper
+
+
+class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, core: InferenceCore, settings: RuntimeSettings) -> None:
+        self.core = core
+        self.settings = settings
+
+    # ---- health and metadata --------------------------------------------------------------------
+    @unary
+    async def ServerLive(self, request, context):
+        return pb.ServerLiveResponse(live=self.core.live)
+
+    @unary
+    async def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=self.core.server_ready())
+
+    @unary
+    async def ModelReady(self, request, context):
+        return pb.ModelReadyResponse(ready=self.core.model_ready(request.name, request.version))
+
+    @unary
+    async def ServerMetadata(self, request, context):
+        meta = self.core.server_metadata()
+        return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"], extensions=meta["extensions"])
+
+    @unary
+    async def ModelMetadata(self, request, context):
+        return converters.metadata_to_pb(self.core.model_metadata(request.name, request.version))
+
+    @unary
+    async def ModelConfig(self, request, context):
+        return pb.ModelConfigResponse(config=self.core.model_config(request.name, request.version))
+
+    @unary
+    async def ModelStatistics(self, request, context):
+        response = pb.ModelStatisticsResponse()
+        for name, version, stats in self.core.statistics(request.name, request.version):
+            response.model_stats.append(converters.statistics_to_pb(name, version, stats))
+        return response
+
+    # ---- inference ------------------------------------------------------------------------------
+    @unary
+    async def ModelInfer(self, request, context):
+        infer_request = converters.request_from_pb(request, self.core.shared_memory)
+        infer_request.cancelled = context.cancelled
+        response = await self.core.infer(infer_request)
+        return converters.response_to_pb(response, infer_request.outputs, self.core.shared_memory)
+
+    async def ModelStreamInfer(self, request_iterator, context) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Requests are handled concurrently; responses go out as they complete."""
+        outbox: asyncio.Queue = asyncio.Queue()
+        tasks: set[asyncio.Task] = set()
+        done_reading = asyncio.Event()
+
+        async def handle(message: pb.ModelInferRequest) -> None:
+            try:
+                async for item in self._stream_one(message, context):
+                    await outbox.put(item)
+            except Exception as exc:  # noqa: BLE001 - a failed request must not end the stream
+                await outbox.put(self._stream_error(message, as_server_error(exc)))
+
+        async def read() -> None:
+            try:
+                async for message in request_iterator:
+                    task = asyncio.get_running_loop().create_task(handle(message))
+                    tasks.add(task)
+                    task.add_done_callback(lambda t: (tasks.discard(t), outbox.put_nowait(None)))
+            finally:
+                done_reading.set()
+                outbox.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while True:
+                item = await outbox.get()
+                if item is not None:
+                    yield item
+                elif done_reading.is_set() and not tasks and outbox.empty():
+                    break
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    async def _stream_one(self, message: pb.ModelInferRequest, context) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        infer_request = converters.request_from_pb(message, self.core.shared_memory)
+        infer_request.cancelled = context.cancelled
+        params = message.parameters
+        send_empty_final = "triton_enable_empty_final_response" in params and bool(
+            params["triton_enable_empty_final_response"].bool_param
+        )
+        decoupled = self._is_decoupled(infer_request.model_name, infer_request.model_version)
+        async for item in self.core.stream(infer_request):
+            if isinstance(item, ServerError):
+                yield self._stream_error(message, item)
+                continue
+            if item is None:  # a decoupled model closed the request without a last response
+                if send_empty_final:
+                    empty = InferResponse(infer_request.model_name, infer_request.model_version, id=infer_request.id)
+                    yield pb.ModelStreamInferResponse(
+                        infer_response=converters.response_to_pb(empty, final_flag=True)
+                    )
+                continue
+            final_flag = item.final if decoupled else None
+            yield pb.ModelStreamInferResponse(
+                infer_response=converters.response_to_pb(
+                    item, infer_request.outputs, self.core.shared_memory, final_flag=final_flag
+                )
+            )
+
+    def _is_decoupled(self, name: str, version: str) -> bool:
+        try:
+            return self.core.model_config(name, version).model_transaction_policy.decoupled
+        except ServerError:
+            return False
+
+    @staticmethod
+    def _stream_error(message: pb.ModelInferRequest, error: ServerError) -> pb.ModelStreamInferResponse:
+        _log_error("ModelStreamInfer", error)
+        return pb.ModelStreamInferResponse(
+            error_message=error.message,
+            infer_response=pb.ModelInferResponse(
+                model_name=message.model_name, model_version=message.model_version, id=message.id
+            ),
+        )
+
+    # ---- repository -----------------------------------------------------------------------------
+    @unary
+    async def RepositoryIndex(self, request, context):
+        response = pb.RepositoryIndexResponse()
+        for row in self.core.repository_index(ready_only=request.ready):
+            response.models.add(**row)
+        return response
+
+    @unary
+    async def RepositoryModelLoad(self, request, context):
+        override = converters.config_override_json(request.parameters)
+        files = {
+            key[len("file:"):]: request.parameters[key].bytes_param
+            for key in request.parameters if key.startswith("file:")
+        }
+        await self.core.load_model(request.model_name, override, files)
+        return pb.RepositoryModelLoadResponse()
+
+    @unary
+    async def RepositoryModelUnload(self, request, context):
+        await self.core.unload_model(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+    # ---- shared memory --------------------------------------------------------------------------
+    @unary
+    async def SystemSharedMemoryStatus(self, request, context):
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self.core.shared_memory.status(request.name):
+            status = response.regions[region.name]
+            status.name, status.key, status.offset, status.byte_size = (
+                region.name, region.key, region.offset, region.byte_size
+            )
+        return response
+
+    @unary
+    async def SystemSharedMemoryRegister(self, request, context):
+        self.core.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @unary
+    async def SystemSharedMemoryUnregister(self, request, context):
+        self.core.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @unary
+    async def CudaSharedMemoryStatus(self, request, context):
+        if request.name:
+            raise ServerError(f"Unable to find cuda shared memory region: '{request.name}'", ErrorCode.NOT_FOUND)
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @unary
+    async def CudaSharedMemoryRegister(self, request, context):
+        raise ServerError(
+            "failed to register CUDA shared memory region: this server has no CUDA device", ErrorCode.UNAVAILABLE
+        )
+
+    @unary
+    async def CudaSharedMemoryUnregister(self, request, context):
+        if request.name:
+            raise ServerError(f"Unable to find cuda shared memory region: '{request.name}'", ErrorCode.NOT_FOUND)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    # ---- logging and tracing --------------------------------------------------------------------
+    @unary
+    async def LogSettings(self, request, context):
+        changes = {}
+        for key in request.settings:
+            value = request.settings[key]
+            kind = value.WhichOneof("parameter_choice")
+            if kind is not None:
+                changes[key] = getattr(value, kind)
+        try:
+            current = self.settings.update_log(changes)
+        except KeyError as exc:
+            raise invalid_argument(f"unknown log setting {exc.args[0]!r}") from None
+        response = pb.LogSettingsResponse()
+        for key, value in current.items():
+            target = response.settings[key]
+            if isinstance(value, bool):
+                target.bool_param = value
+            elif isinstance(value, int):
+                target.uint32_param = value
+            else:
+                target.string_param = str(value)
+        return response
+
+    @unary
+    async def TraceSetting(self, request, context):
+        if request.model_name:
+            self.core.manager.get(request.model_name)  # unknown model -> NOT_FOUND
+        changes = {key: list(request.settings[key].value) for key in request.settings}
+        try:
+            current = self.settings.update_trace(request.model_name, changes) if changes else self.settings.trace(
+                request.model_name
+            )
+        except KeyError as exc:
+            raise invalid_argument(f"unknown trace setting {exc.args[0]!r}") from None
+        response = pb.TraceSettingResponse()
+        for key, values in current.items():
+            response.settings[key].value.extend(values)
+        return response
+
+
+def config_json(config) -> str:
+    return json_format.MessageToJson(config, preserving_proto_field_name=True)
+
+
+def add_to_server(server: grpc.aio.Server, core: InferenceCore, settings: RuntimeSettings) -> InferenceService:
+    service = InferenceService(core, settings)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
+    return service

@@ -1,0 +1,270 @@
+"""Loading, unloading and polling the models of one or more repositories.
+
+The manager owns model lifecycles: for each loaded version it creates the backend instances
+(instance_group), runs their `load()` off the event loop, and wires them to a scheduler. A model that fails
+to load is UNAVAILABLE with its reason while the others serve. Reloading builds the new versions first and
+swaps them in, so a model keeps serving while it reloads (as Triton does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from asr_server.backends.base import Backend, ModelContext, backend_class
+from asr_server.errors import ErrorCode, ServerError, as_server_error, unknown_model
+from asr_server.repository import config as config_io
+from asr_server.repository import versions as version_io
+from asr_server.scheduling.factory import make_scheduler
+from asr_server.scheduling.instances import Instance, InstancePool
+from asr_server.statistics import ModelStatistics
+
+log = logging.getLogger(__name__)
+
+
+class ModelState(enum.Enum):
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+@dataclasses.dataclass
+class LoadedVersion:
+    """One version of one model, ready to take requests."""
+
+    name: str
+    version: int
+    config: mc.ModelConfig
+    scheduler: object  # asr_server.scheduling.base.Scheduler (or the ensemble scheduler)
+    pool: Optional[InstancePool]
+    stats: ModelStatistics
+
+    @property
+    def decoupled(self) -> bool:
+        return self.config.model_transaction_policy.decoupled
+
+
+@dataclasses.dataclass
+class ModelEntry:
+    """A model as RepositoryIndex reports it."""
+
+    name: str
+    state: ModelState = ModelState.UNAVAILABLE
+    reason: str = ""
+    config: Optional[mc.ModelConfig] = None
+    versions: dict[int, LoadedVersion] = dataclasses.field(default_factory=dict)
+    fingerprint: tuple = ()
+    model_dir: Optional[Path] = None
+
+
+# Builds the BLS hooks for a model context: (infer_sync, infer_async), bound to the server core.
+HookFactory = Callable[[], tuple]
+
+
+class ModelManager:
+    def __init__(self, repositories: list[Path], hooks: Optional[HookFactory] = None) -> None:
+        self.repositories = [Path(p) for p in repositories]
+        self.models: dict[str, ModelEntry] = {}
+        self._hooks = hooks
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ---- lookup -------------------------------------------------------------------------------
+    def find_model_dir(self, name: str) -> Optional[Path]:
+        for repo in self.repositories:
+            candidate = repo / name
+            if candidate.is_dir():
+                return candidate
+        return None
+
+    def repository_names(self) -> list[str]:
+        names: set[str] = set()
+        for repo in self.repositories:
+            names.update(version_io.list_model_dirs(repo))
+        return sorted(names)
+
+    def get(self, name: str, version: str = "") -> LoadedVersion:
+        """The version a request for (name, version) runs on; raises NOT_FOUND like Triton."""
+        entry = self.models.get(name)
+        if entry is None:
+            raise unknown_model(name)
+        if not entry.versions:
+            raise ServerError(f"Request for unknown model: '{name}' has no available versions", ErrorCode.NOT_FOUND)
+        if version in ("", "-1"):
+            return entry.versions[max(entry.versions)]
+        try:
+            number = int(version)
+        except ValueError:
+            raise ServerError(f"failed to parse version '{version}' of model '{name}'", ErrorCode.INVALID_ARGUMENT)
+        if number not in entry.versions:
+            raise ServerError(
+                f"Request for unknown model: '{name}' version {number} is not at ready state", ErrorCode.NOT_FOUND
+            )
+        return entry.versions[number]
+
+    def entry(self, name: str) -> ModelEntry:
+        entry = self.models.get(name)
+        if entry is None:
+            raise unknown_model(name)
+        return entry
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def load(
+        self, name: str, config_override: Optional[str] = None, files: Optional[dict[str, bytes]] = None
+    ) -> ModelEntry:
+        """(Re)load a model from its folder; the old versions serve until the new ones are ready.
+        `files` ({"1/model.onnx": bytes}) replaces the folder by one made of these files (RepositoryModelLoad)."""
+        async with self._lock(name):
+            model_dir = self._materialise(name, files) if files else self.find_model_dir(name)
+            if model_dir is None:
+                raise ServerError(
+                    f"failed to load '{name}', failed to poll from model repository", ErrorCode.INTERNAL
+                )
+            entry = self.models.setdefault(name, ModelEntry(name=name))
+            entry.model_dir = model_dir
+            previous = dict(entry.versions)
+            if not previous:
+                entry.state = ModelState.LOADING
+            try:
+                config, numbers = await asyncio.to_thread(self._prepare, model_dir, name, config_override)
+                new_versions = {}
+                for number in numbers:
+                    new_versions[number] = await self._load_version(model_dir, name, number, config)
+            except BaseException as exc:  # noqa: BLE001 - one broken model must not stop the others
+                error = as_server_error(exc)
+                log.error("failed to load '%s': %s", name, error.message)
+                if not previous:
+                    entry.state, entry.reason = ModelState.UNAVAILABLE, error.message
+                raise ServerError(f"load failed for model '{name}': {error.message}", error.code) from None
+            entry.config, entry.versions = config, new_versions
+            entry.state, entry.reason = ModelState.READY, ""
+            entry.fingerprint = await asyncio.to_thread(version_io.fingerprint, model_dir)
+            for old in previous.values():
+                await self._unload_version(old)
+            log.info("successfully loaded '%s' version(s) %s", name, sorted(new_versions))
+            return entry
+
+    def _materialise(self, name: str, files: dict[str, bytes]) -> Path:
+        root = Path(tempfile.mkdtemp(prefix="asr_server_model_")) / name
+        for relative, data in files.items():
+            target = (root / relative).resolve()
+            if root.resolve() not in target.parents:
+                raise ServerError(f"file path '{relative}' escapes the model folder", ErrorCode.INVALID_ARGUMENT)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        return root
+
+    def _prepare(self, model_dir: Path, name: str, override: Optional[str]) -> tuple[mc.ModelConfig, list[int]]:
+        config = config_io.config_from_json(override) if override else config_io.read_config(model_dir)
+        available = version_io.available_versions(model_dir)
+        config = config_io.complete_config(config, model_dir, available)
+        numbers = version_io.select_versions(config, available)
+        if not numbers:
+            raise ServerError(f"at least one version must be available under the version policy of model '{name}'")
+        return config, numbers
+
+    async def _load_version(self, model_dir: Path, name: str, number: int, config: mc.ModelConfig) -> LoadedVersion:
+        stats = ModelStatistics()
+        if config.platform == "ensemble":
+            from asr_server.scheduling.ensemble import EnsembleScheduler  # needs the other models
+
+            return LoadedVersion(name, number, config, EnsembleScheduler(config, self, stats), None, stats)
+        cls = backend_class(config.backend)
+        backends = [cls(ctx) for ctx in self._contexts(model_dir, name, number, config)]
+        loaded: list[Backend] = []
+        try:
+            for backend in backends:
+                await asyncio.to_thread(backend.load)
+                loaded.append(backend)
+        except BaseException:
+            for backend in loaded:
+                await asyncio.to_thread(backend.unload)
+            raise
+        pool = InstancePool([Instance(b) for b in backends], stats, config.model_transaction_policy.decoupled)
+        return LoadedVersion(name, number, config, make_scheduler(config, pool, cls, model_dir), pool, stats)
+
+    def _contexts(self, model_dir: Path, name: str, number: int, config: mc.ModelConfig) -> list[ModelContext]:
+        infer_sync, infer_async = self._hooks() if self._hooks else (None, None)
+        contexts = []
+        for group in config.instance_group:
+            kind = mc.ModelInstanceGroup.Kind.Name(group.kind)
+            devices = list(group.gpus) or [0]
+            for index in range(max(1, group.count)):
+                contexts.append(
+                    ModelContext(
+                        name=name,
+                        version=number,
+                        config=config,
+                        model_dir=model_dir,
+                        version_dir=model_dir / str(number),
+                        instance_name=f"{group.name or name}_{index}",
+                        instance_kind=kind,
+                        device_id=devices[index % len(devices)],
+                        infer_sync=infer_sync,
+                        infer_async=infer_async,
+                    )
+                )
+        return contexts
+
+    async def unload(self, name: str) -> None:
+        async with self._lock(name):
+            entry = self.models.get(name)
+            if entry is None:
+                raise ServerError(f"failed to unload '{name}', model is not loaded", ErrorCode.INVALID_ARGUMENT)
+            versions, entry.versions = entry.versions, {}
+            entry.state, entry.reason = ModelState.UNLOADING, ""
+            for version in versions.values():
+                await self._unload_version(version)
+            entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
+            log.info("successfully unloaded '%s'", name)
+
+    async def _unload_version(self, version: LoadedVersion) -> None:
+        await version.scheduler.stop()
+        if version.pool is not None:
+            for instance in version.pool.instances:
+                try:
+                    await asyncio.to_thread(instance.backend.unload)
+                except Exception:  # noqa: BLE001 - unloading continues for the other instances
+                    log.exception("unloading instance '%s' failed", instance.name)
+            await asyncio.to_thread(version.pool.shutdown)
+
+    async def load_many(self, names: list[str]) -> None:
+        """Load several models; failures are recorded on their entries, not raised."""
+        for name in names:
+            try:
+                await self.load(name)
+            except ServerError:
+                pass
+
+    async def poll(self) -> None:
+        """Poll mode: load new models, reload changed ones, unload removed ones."""
+        present = set(self.repository_names())
+        for name in sorted(present):
+            entry = self.models.get(name)
+            model_dir = self.find_model_dir(name)
+            if model_dir is None:
+                continue
+            fingerprint = await asyncio.to_thread(version_io.fingerprint, model_dir)
+            if entry is None or entry.fingerprint != fingerprint:
+                try:
+                    await self.load(name)
+                except ServerError:
+                    self.models[name].fingerprint = fingerprint  # do not retry a broken model every poll
+        for name in sorted(set(self.models) - present):
+            if self.models[name].versions:
+                await self.unload(name)
+
+    async def shutdown(self) -> None:
+        for name in list(self.models):
+            if self.models[name].versions:
+                await self.unload(name)

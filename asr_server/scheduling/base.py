@@ -1,0 +1,64 @@
+"""The scheduler interface: what the core calls to get a request executed."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from typing import Optional
+
+from asr_server.errors import ErrorCode, ServerError
+from asr_server.scheduling.instances import InstancePool
+from asr_server.scheduling.pending import Pending
+
+
+class Scheduler(abc.ABC):
+    """Decides when and with which other requests a request runs, on which instance."""
+
+    def __init__(self, pool: InstancePool) -> None:
+        self.pool = pool
+        self._tasks: set[asyncio.Task] = set()
+        self._accepting = True
+
+    def submit(self, pending: Pending) -> None:
+        """Queue a request; its channel receives the result. Never blocks."""
+        if not self._accepting:
+            pending.fail(ServerError("model is being unloaded", ErrorCode.UNAVAILABLE))
+            return
+        self._submit(pending)
+
+    @abc.abstractmethod
+    def _submit(self, pending: Pending) -> None: ...
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def stop(self, drain_timeout_s: float = 30.0) -> None:
+        """Stop accepting, let queued and running requests finish, then fail whatever is left."""
+        self._accepting = False
+        await self._drain(drain_timeout_s)
+        self._fail_queued(ServerError("model was unloaded before the request ran", ErrorCode.UNAVAILABLE))
+
+    async def _drain(self, timeout_s: float) -> None:
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout_s)
+
+    def _fail_queued(self, error: ServerError) -> None:
+        """Schedulers with a queue fail its contents here."""
+
+    @property
+    def queued(self) -> int:
+        return 0
+
+    @property
+    def pending_count(self) -> Optional[int]:
+        return self.queued
+
+
+class DirectScheduler(Scheduler):
+    """No batching: each request runs alone on the next idle instance (Triton's default scheduler)."""
+
+    def _submit(self, pending: Pending) -> None:
+        self._spawn(self.pool.run([pending]))

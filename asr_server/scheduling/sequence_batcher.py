@@ -1,0 +1,216 @@
+"""Triton's sequence batcher: requests of one sequence run in order; requests of different sequences
+share a batch (the `oldest` strategy; `direct` is treated the same way, without padding slots).
+
+- A sequence starts with START and a non-zero id, and ends with END or after
+  max_sequence_idle_microseconds without a request (its state is then freed).
+- Control inputs (START/END/READY/CORRID) are added to each request as the config declares them.
+- Implicit state: the state outputs of step i become the state inputs of step i+1 of the same sequence;
+  they are gathered into the batch as one more batched input and scattered back from the outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from asr_server.errors import ErrorCode, ServerError, invalid_argument
+from asr_server.scheduling import sequence_state as ss
+from asr_server.scheduling.base import Scheduler
+from asr_server.scheduling.instances import InstancePool
+from asr_server.scheduling.pending import Delivery, Pending
+from asr_server.types import InferResponse, SequenceId, Tensor
+
+DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
+DEFAULT_MAX_SEQUENCES = 100_000  # live sequences before new ones are refused (memory bound)
+
+
+@dataclasses.dataclass
+class Sequence:
+    id: SequenceId
+    last_seen: float  # loop time of the last request
+    queue: collections.deque = dataclasses.field(default_factory=collections.deque)
+    running: bool = False
+    ended: bool = False
+    states: dict = dataclasses.field(default_factory=dict)  # input_name -> array (no batch dim)
+
+
+class SequenceBatcher(Scheduler):
+    def __init__(self, pool: InstancePool, config: mc.ModelConfig, model_dir: Path,
+                 max_sequences: int = DEFAULT_MAX_SEQUENCES) -> None:
+        super().__init__(pool)
+        batching = config.sequence_batching
+        self.model_name = config.name
+        self.batched = config.max_batch_size > 0
+        self.max_batch = max(1, config.max_batch_size)
+        strategy = batching.WhichOneof("strategy_choice")
+        oldest = batching.oldest
+        self.max_delay_s = (oldest.max_queue_delay_microseconds if strategy == "oldest"
+                            else batching.direct.max_queue_delay_microseconds) / 1e6
+        self.max_candidates = oldest.max_candidate_sequences if strategy == "oldest" else 0
+        self.idle_s = (batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US) / 1e6
+        self.max_sequences = max_sequences
+        self.controls = ss.control_inputs(config)
+        self.states = ss.state_specs(config, model_dir)
+        self.sequences: dict[SequenceId, Sequence] = {}
+        self._ready = asyncio.Event()
+        self._loop_task: Optional[asyncio.Task] = None
+
+    @property
+    def queued(self) -> int:
+        return sum(len(s.queue) for s in self.sequences.values())
+
+    # ---- admission -----------------------------------------------------------------------------
+    def _submit(self, pending: Pending) -> None:
+        loop = asyncio.get_running_loop()
+        control = pending.request.sequence
+        if not control.active:
+            pending.fail(invalid_argument(
+                f"inference request to model '{self.model_name}' must specify a non-zero or non-empty correlation ID"))
+            return
+        sequence = self.sequences.get(control.id)
+        if control.start:
+            if sequence is not None and not sequence.queue and not sequence.running:
+                del self.sequences[control.id]  # a new START restarts the sequence
+                sequence = None
+            if sequence is None:
+                if len(self.sequences) >= self.max_sequences:
+                    pending.fail(ServerError(
+                        f"model '{self.model_name}' has reached its limit of {self.max_sequences} live sequences",
+                        ErrorCode.RESOURCE_EXHAUSTED))
+                    return
+                sequence = Sequence(control.id, loop.time())
+                self.sequences[control.id] = sequence
+        elif sequence is None or sequence.ended:
+            pending.fail(invalid_argument(
+                f"inference request for sequence {control.id} to model '{self.model_name}' must specify the "
+                "START flag on the first request of the sequence"))
+            return
+        if control.end:
+            sequence.ended = True
+        sequence.last_seen = loop.time()
+        pending.deadline = loop.time() + self.max_delay_s
+        sequence.queue.append(pending)
+        self._ready.set()
+        if self._loop_task is None:
+            self._loop_task = loop.create_task(self._batch_loop())
+
+    # ---- batching ------------------------------------------------------------------------------
+    def _heads(self) -> list[Sequence]:
+        """Sequences whose next request can run now, oldest request first."""
+        heads = [s for s in self.sequences.values() if s.queue and not s.running]
+        heads.sort(key=lambda s: s.queue[0].enqueued_ns)
+        return heads
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self._evict_idle(loop.time())
+            heads = self._heads()
+            if not heads:
+                self._ready.clear()
+                await self._wait(self._next_idle_deadline(loop.time()))
+                continue
+            deadline = heads[0].queue[0].deadline or 0.0
+            if len(heads) < self.max_batch and loop.time() < deadline and self._more_may_come():
+                self._ready.clear()
+                await self._wait(deadline)
+                continue
+            instance = await self.pool.acquire()
+            batch = self._take(self._heads()[: self.max_batch])
+            if not batch:
+                self.pool.release(instance)
+                continue
+            self._spawn(self._run(batch, instance))
+
+    def _more_may_come(self) -> bool:
+        """Waiting for the queue delay only helps while other live sequences might send."""
+        return any(not s.queue and not s.running for s in self.sequences.values())
+
+    async def _wait(self, deadline: Optional[float]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            timeout = None if deadline is None else max(0.0, deadline - loop.time())
+            await asyncio.wait_for(self._ready.wait(), timeout=timeout)
+        except asyncio.TimeoutError:
+            pass
+
+    def _take(self, heads: list[Sequence]) -> list[Pending]:
+        batch = []
+        for sequence in heads:
+            pending = sequence.queue.popleft()
+            if pending.request.cancelled():
+                pending.fail(ServerError("request cancelled", ErrorCode.CANCELLED))
+                continue
+            sequence.running = True
+            self._prepare(sequence, pending)
+            batch.append(pending)
+        return batch
+
+    def _prepare(self, sequence: Sequence, pending: Pending) -> None:
+        request = pending.request
+        request.inputs = list(request.inputs) + ss.control_tensors(self.controls, request, self.batched)
+        for spec in self.states:
+            if request.sequence.start or spec.input_name not in sequence.states:
+                sequence.states[spec.input_name] = ss.initial_state(spec)
+            value = sequence.states[spec.input_name]
+            request.inputs.append(Tensor(spec.input_name, spec.datatype, value[None] if self.batched else value))
+        if self.states:
+            pending.on_result = lambda p, result, seq=sequence: self._keep_states(seq, result)
+
+    def _keep_states(self, sequence: Sequence, result: Delivery) -> Delivery:
+        if not isinstance(result, InferResponse):
+            return result
+        names = {spec.output_name: spec for spec in self.states}
+        kept = []
+        for tensor in result.outputs:
+            spec = names.get(tensor.name)
+            if spec is None:
+                kept.append(tensor)
+            else:
+                sequence.states[spec.input_name] = tensor.data[0] if self.batched else tensor.data
+        result.outputs = kept
+        return result
+
+    async def _run(self, batch: list[Pending], instance) -> None:
+        try:
+            await self.pool.run(batch, instance)
+        finally:
+            for pending in batch:
+                sequence = self.sequences.get(pending.request.sequence.id)
+                if sequence is None:
+                    continue
+                sequence.running = False
+                if sequence.ended and not sequence.queue:
+                    del self.sequences[sequence.id]
+            self._ready.set()
+
+    # ---- idle sequences ------------------------------------------------------------------------
+    def _evict_idle(self, now: float) -> None:
+        for sequence in list(self.sequences.values()):
+            if not sequence.queue and not sequence.running and now - sequence.last_seen > self.idle_s:
+                del self.sequences[sequence.id]
+
+    def _next_idle_deadline(self, now: float) -> Optional[float]:
+        idle = [s.last_seen + self.idle_s for s in self.sequences.values() if not s.queue and not s.running]
+        return min(idle) + 1e-3 if idle else None
+
+    def _fail_queued(self, error: ServerError) -> None:
+        for sequence in self.sequences.values():
+            while sequence.queue:
+                sequence.queue.popleft().fail(error)
+        self.sequences.clear()
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+
+    async def _drain(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        while self.queued and loop.time() < end:
+            self._ready.set()
+            await asyncio.sleep(0.01)
+        await super()._drain(max(0.0, end - loop.time()))

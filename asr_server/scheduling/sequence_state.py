@@ -1,0 +1,103 @@
+"""Control inputs (START/END/READY/CORRID) and implicit state for sequence models.
+
+Both are tensors the server adds to a request on its way to the backend: the controls from the request's
+sequence flags, the states from what the same sequence's previous step returned (or the initial state).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from asr_server.dtypes import config_to_wire, numpy_dtype
+from asr_server.types import InferRequest, SequenceId, Tensor
+
+Control = mc.ModelSequenceBatching.Control
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlInput:
+    name: str
+    kind: int  # Control.Kind
+    datatype: str  # wire name
+    false_true: tuple  # (false value, true value) for START/END/READY
+
+
+def control_inputs(config: mc.ModelConfig) -> list[ControlInput]:
+    controls = []
+    for control_input in config.sequence_batching.control_input:
+        for control in control_input.control:
+            if control.int32_false_true:
+                datatype, values = "INT32", tuple(control.int32_false_true)
+            elif control.fp32_false_true:
+                datatype, values = "FP32", tuple(control.fp32_false_true)
+            elif control.bool_false_true:
+                datatype, values = "BOOL", tuple(control.bool_false_true)
+            else:
+                datatype, values = config_to_wire(control.data_type) if control.data_type else "UINT64", ()
+            controls.append(ControlInput(control_input.name, control.kind, datatype, values))
+    return controls
+
+
+def corrid_value(sequence_id: SequenceId, datatype: str):
+    if datatype == "BYTES":
+        return str(sequence_id).encode()
+    if isinstance(sequence_id, str):
+        # A string id given to a UINT64 CORRID arrives hashed (real Triton does the same).
+        return int.from_bytes(hashlib.blake2b(sequence_id.encode(), digest_size=8).digest(), "little")
+    return sequence_id
+
+
+def control_tensors(controls: list[ControlInput], request: InferRequest, batched: bool) -> list[Tensor]:
+    flags = {
+        Control.CONTROL_SEQUENCE_START: request.sequence.start,
+        Control.CONTROL_SEQUENCE_END: request.sequence.end,
+        Control.CONTROL_SEQUENCE_READY: True,
+    }
+    shape = (1, 1) if batched else (1,)
+    tensors = []
+    for control in controls:
+        if control.kind == Control.CONTROL_SEQUENCE_CORRID:
+            value = corrid_value(request.sequence.id, control.datatype)
+        elif control.kind in flags:
+            value = control.false_true[int(flags[control.kind])]
+        else:
+            continue
+        data = np.full(shape, value, dtype=numpy_dtype(control.datatype))
+        tensors.append(Tensor(control.name, control.datatype, data))
+    return tensors
+
+
+@dataclasses.dataclass(frozen=True)
+class StateSpec:
+    input_name: str
+    output_name: str
+    datatype: str
+    dims: tuple[int, ...]
+    initial: Optional[np.ndarray]  # None: zeros
+
+
+def state_specs(config: mc.ModelConfig, model_dir: Path) -> list[StateSpec]:
+    specs = []
+    for state in config.sequence_batching.state:
+        datatype = config_to_wire(state.data_type)
+        dims = tuple(max(0, int(d)) for d in state.dims)  # -1 starts empty
+        initial = None
+        for init in state.initial_state:
+            if init.WhichOneof("state_data") == "data_file":
+                raw = (model_dir / "initial_state" / init.data_file).read_bytes()
+                init_dims = tuple(int(d) for d in init.dims) or dims
+                initial = np.frombuffer(raw, dtype=numpy_dtype(datatype)).reshape(init_dims)
+        specs.append(StateSpec(state.input_name, state.output_name, datatype, dims, initial))
+    return specs
+
+
+def initial_state(spec: StateSpec) -> np.ndarray:
+    if spec.initial is not None:
+        return spec.initial.copy()
+    return np.zeros(spec.dims, dtype=numpy_dtype(spec.datatype))

@@ -1,0 +1,153 @@
+"""The server process: models, gRPC, HTTP and metrics endpoints, and an ordered shutdown.
+
+Start: load models (per model-control mode), then open the endpoints. Stop (uvicorn's order): stop
+accepting, let in-flight requests finish within the exit timeout, cancel the rest with a message, then
+unload every model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Optional
+
+import grpc
+from aiohttp import web
+
+from asr_server import metrics
+from asr_server.core import InferenceCore
+from asr_server.errors import ServerError
+from asr_server.protocol import grpc_service
+from asr_server.protocol.runtime_settings import RuntimeSettings
+from asr_server.repository.manager import ModelManager
+from asr_server.settings import ServerSettings, validate
+from asr_server.types import InferRequest
+
+log = logging.getLogger(__name__)
+
+
+class Server:
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = validate(settings)
+        self.manager = ModelManager(list(settings.model_repositories), hooks=self._bls_hooks)
+        self.core = InferenceCore(self.manager, settings.strict_readiness, settings.model_control_mode)
+        self.runtime = RuntimeSettings(settings.log_verbose)
+        self.grpc_port: Optional[int] = None  # the bound ports (differ from the settings when those are 0)
+        self.http_port: Optional[int] = None
+        self.metrics_port: Optional[int] = None
+        self._grpc: Optional[grpc.aio.Server] = None
+        self._web_runners: list[web.AppRunner] = []
+        self._poll_task: Optional[asyncio.Task] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._stopped = asyncio.Event()
+
+    # ---- BLS: python models calling other models in this server ------------------------------------
+    def _bls_hooks(self):
+        def infer_sync(request: InferRequest):
+            future = asyncio.run_coroutine_threadsafe(self.core.infer_all(request), self._loop)
+            return future.result()
+
+        async def infer_async(request: InferRequest):
+            if asyncio.get_running_loop() is self._loop:
+                return await self.core.infer_all(request)
+            future = asyncio.run_coroutine_threadsafe(self.core.infer_all(request), self._loop)
+            return await asyncio.wrap_future(future)
+
+        return infer_sync, infer_async
+
+    # ---- start ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self._load_startup_models()
+        s = self.settings
+        if s.allow_grpc:
+            options = [
+                ("grpc.max_receive_message_length", s.max_message_bytes),
+                ("grpc.max_send_message_length", s.max_message_bytes),
+                ("grpc.so_reuseport", 0),
+            ]
+            self._grpc = grpc.aio.server(options=options)
+            grpc_service.add_to_server(self._grpc, self.core, self.runtime)
+            self.grpc_port = self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
+            if self.grpc_port == 0:
+                raise RuntimeError(f"could not bind gRPC to {s.grpc_address}:{s.grpc_port}")
+            await self._grpc.start()
+            log.info("Started GRPCInferenceService at %s:%d", s.grpc_address, self.grpc_port)
+        if s.allow_http:
+            from asr_server.protocol.http_app import make_app
+
+            self.http_port = await self._serve(make_app(self.core, self.runtime), s.http_address, s.http_port)
+            log.info("Started HTTPService at %s:%d", s.http_address, self.http_port)
+        if s.allow_metrics:
+            app = web.Application()
+            app.router.add_get("/metrics", self._metrics)
+            self.metrics_port = await self._serve(app, s.metrics_address, s.metrics_port)
+            log.info("Started Metrics Service at %s:%d", s.metrics_address, self.metrics_port)
+        if s.model_control_mode == "poll":
+            self._poll_task = asyncio.get_running_loop().create_task(self._poll_loop())
+
+    async def _load_startup_models(self) -> None:
+        s = self.settings
+        if s.model_control_mode == "explicit":
+            names = self.manager.repository_names() if "*" in s.load_models else list(s.load_models)
+        else:
+            names = self.manager.repository_names()
+        await self.manager.load_many(names)
+        failed = [e for e in self.manager.models.values() if not e.versions]
+        for entry in failed:
+            log.error("model '%s' is UNAVAILABLE: %s", entry.name, entry.reason)
+        if failed and s.exit_on_error:
+            await self.manager.shutdown()
+            raise ServerError(f"failed to load all models: {', '.join(e.name for e in failed)}")
+
+    async def _serve(self, app: web.Application, host: str, port: int) -> int:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        self._web_runners.append(runner)
+        return site._server.sockets[0].getsockname()[1]  # the bound port when port is 0
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=metrics.render(self.manager), content_type="text/plain")
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.repository_poll_secs)
+            try:
+                await self.manager.poll()
+            except Exception:  # noqa: BLE001 - polling goes on after a failed pass
+                log.exception("repository poll failed")
+
+    # ---- stop ----------------------------------------------------------------------------------
+    async def stop(self) -> None:
+        self.core.live = False
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+        if self._grpc is not None:
+            # Stops accepting at once; in-flight RPCs get the grace period, then are cancelled.
+            await self._grpc.stop(self.settings.exit_timeout_secs)
+        for runner in self._web_runners:
+            await runner.cleanup()
+        await self.manager.shutdown()
+        self.core.shared_memory.close()
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        """Run until SIGINT/SIGTERM, then stop in order."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        stop_requested = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop_requested.set)
+        await stop_requested.wait()
+        log.info("shutting down")
+        await self.stop()
+
+    async def __aenter__(self) -> "Server":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()

@@ -1,0 +1,98 @@
+"""System (POSIX) shared-memory regions registered by clients, for zero-copy tensor transfer.
+
+A client creates `/dev/shm/<key>` (tritonclient.utils.shared_memory does), registers it under a name, and
+then names the region, offset and size in an input's or output's parameters instead of sending bytes.
+CUDA shared memory needs a GPU and CUDA IPC: without them its RPCs answer a clear error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+import threading
+
+from asr_server.errors import ErrorCode, ServerError, invalid_argument
+
+SHM_ROOT = "/dev/shm"
+
+
+@dataclasses.dataclass
+class Region:
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+    mapping: mmap.mmap
+
+
+class SharedMemoryRegistry:
+    def __init__(self) -> None:
+        self._regions: dict[str, Region] = {}
+        self._lock = threading.Lock()
+
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        with self._lock:
+            if name in self._regions:
+                raise ServerError(f"shared memory region '{name}' already in manager", ErrorCode.ALREADY_EXISTS)
+            path = os.path.join(SHM_ROOT, key.lstrip("/"))
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except OSError as exc:
+                raise invalid_argument(f"Unable to open shared memory region: '{key}': {exc.strerror}") from None
+            try:
+                size = os.fstat(fd).st_size
+                if offset < 0 or byte_size <= 0 or offset + byte_size > size:
+                    raise invalid_argument(
+                        f"shared memory region '{name}': offset {offset} + byte_size {byte_size} exceeds the "
+                        f"size of '{key}' ({size} bytes)"
+                    )
+                mapping = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+            self._regions[name] = Region(name, key, offset, byte_size, mapping)
+
+    def unregister(self, name: str = "") -> None:
+        """Unregister one region, or all of them when `name` is empty."""
+        with self._lock:
+            names = [name] if name else list(self._regions)
+            for region_name in names:
+                region = self._regions.pop(region_name, None)
+                if region is not None:
+                    region.mapping.close()
+
+    def status(self, name: str = "") -> list[Region]:
+        with self._lock:
+            if name:
+                if name not in self._regions:
+                    raise ServerError(f"Unable to find system shared memory region: '{name}'", ErrorCode.NOT_FOUND)
+                return [self._regions[name]]
+            return list(self._regions.values())
+
+    def _window(self, name: str, offset: int, byte_size: int) -> tuple[Region, int]:
+        region = self._regions.get(name)
+        if region is None:
+            raise invalid_argument(f"Unable to find shared memory region: '{name}'")
+        if offset < 0 or offset + byte_size > region.byte_size:
+            raise invalid_argument(
+                f"Invalid offset + byte size for shared memory region: '{name}'"
+            )
+        return region, region.offset + offset
+
+    def read(self, name: str, offset: int, byte_size: int) -> bytes:
+        with self._lock:
+            region, start = self._window(name, offset, byte_size)
+            return bytes(region.mapping[start:start + byte_size])
+
+    def write(self, name: str, offset: int, data: bytes, byte_size: int) -> None:
+        with self._lock:
+            if len(data) > byte_size:
+                raise invalid_argument(
+                    f"shared memory size specified with the request for output is too small: "
+                    f"{byte_size} < {len(data)} bytes needed"
+                )
+            region, start = self._window(name, offset, len(data))
+            region.mapping[start:start + len(data)] = data
+
+    def close(self) -> None:
+        self.unregister()
