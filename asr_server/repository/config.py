@@ -63,13 +63,16 @@ def complete_config(
     model_dir: Path,
     versions: Sequence[int],
     *,
-    gpus: Sequence[int] = (),
+    gpus: Optional[Sequence[int]] = None,
     auto_complete: bool = True,
 ) -> mc.ModelConfig:
     """Return a copy of `config` with everything Triton fills in, validated.
 
     versions: the model's available version numbers; the newest is the one backends auto-complete from.
-    gpus: device ids this server may use; KIND_AUTO groups become KIND_GPU only when there are some.
+    gpus: device ids this server may use, as tritonserver checks them: KIND_AUTO groups become KIND_GPU
+        when there are some, KIND_GPU groups without ids get all of them, and a KIND_GPU group on a machine
+        without GPUs is an error. None (not known): KIND_AUTO is KIND_CPU and KIND_GPU is not checked, so
+        the backends fall back to the CPU where they find no GPU.
     auto_complete: False is tritonserver's --disable-auto-complete-config.
     """
     model_dir = Path(model_dir)
@@ -161,7 +164,7 @@ def _fill_scheduler_defaults(config: mc.ModelConfig) -> None:
             optimization.output_pinned_memory.enable = True
 
 
-def _fill_instance_groups(config: mc.ModelConfig, gpus: Sequence[int]) -> None:
+def _fill_instance_groups(config: mc.ModelConfig, gpus: Optional[Sequence[int]]) -> None:
     """Triton's instance-group normalisation: names, KIND_AUTO resolution, counts, GPU lists."""
     if config.platform == ENSEMBLE_PLATFORM:
         return  # ensembles have no instances of their own
@@ -176,5 +179,5 @@ def _fill_instance_groups(config: mc.ModelConfig, gpus: Sequence[int]) -> None:
         if group.count < 1:
             two = group.kind == mc.ModelInstanceGroup.KIND_CPU and config.backend in TWO_CPU_INSTANCES_BACKENDS
             group.count = 2 if two else 1
-        if group.kind == mc.ModelInstanceGroup.KIND_GPU and not group.gpus:
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU and not group.gpus and gpus:
             group.gpus.extend(gpus)
