@@ -59,6 +59,13 @@ class Server:
     # ---- start ---------------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()  # release whatever had started: ports, models
+            raise
+
+    async def _start(self) -> None:
         await self._load_startup_models()
         s = self.settings
         if s.allow_grpc:
