@@ -66,6 +66,9 @@ class Backend(abc.ABC):
     default_model_filename: ClassVar[str] = ""
     # True when execute() can take requests of different non-batch shapes in one batch.
     ragged_batching: ClassVar[bool] = False
+    # True when execute() never calls back into the server (no BLS), so that very short executions may run
+    # on the event loop thread instead of an executor (see scheduling/instances.py).
+    inline_safe: ClassVar[bool] = False
     # True when implicit state (sequence_batching.state) may be used with this backend.
     supports_implicit_state: ClassVar[bool] = True
 

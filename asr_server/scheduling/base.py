@@ -35,6 +35,10 @@ class Scheduler(abc.ABC):
         task.add_done_callback(self._tasks.discard)
         return task
 
+    def _track(self, future: asyncio.Future) -> None:
+        self._tasks.add(future)
+        future.add_done_callback(self._tasks.discard)
+
     async def stop(self, drain_timeout_s: float = 30.0) -> None:
         """Stop accepting, let queued and running requests finish, then fail whatever is left."""
         self._accepting = False
@@ -61,4 +65,10 @@ class DirectScheduler(Scheduler):
     """No batching: each request runs alone on the next idle instance (Triton's default scheduler)."""
 
     def _submit(self, pending: Pending) -> None:
-        self._spawn(self.pool.run([pending]))
+        instance = self.pool.try_acquire()
+        if instance is not None:
+            done = asyncio.get_running_loop().create_future()
+            self._track(done)
+            self.pool.dispatch([pending], instance, done)
+        else:
+            self._spawn(self.pool.run([pending]))

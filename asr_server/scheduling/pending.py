@@ -43,6 +43,15 @@ class ResponseChannel:
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
+    def deliver_on_loop(self, item: Delivery, final: bool) -> None:
+        """`deliver` for callers already on the loop thread (saves a loop wake-up)."""
+        if self._closed:
+            self.dropped += 1
+            return
+        if final:
+            self._closed = True
+        self._queue.put_nowait((item, final))
+
     async def first(self) -> InferResponse:
         """The one response of a non-decoupled request (raises its error)."""
         item, _ = await self._queue.get()

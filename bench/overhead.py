@@ -1,0 +1,140 @@
+"""Per-request overhead of our ModelInfer against a raw grpcio echo server, measured in the same run.
+
+Both servers run in their own process on 127.0.0.1 and answer the same tritonclient request
+(one FP32 [1, 16] tensor): ours through the full path (convert, validate, schedule, execute an ONNX
+identity model, convert back), the echo server by returning the input bytes from a bare ModelInfer.
+Prints p50/p99 latency and requests/s at concurrency 1 (sync client) and the p50 ratio (target <= 1.5x).
+
+    python bench/overhead.py [--requests 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CONFIG = """
+name: "identity"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] } ]
+"""
+
+
+def run_echo_server(port_queue) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc
+
+    class Echo(service_pb2_grpc.GRPCInferenceServiceServicer):
+        async def ModelInfer(self, request, context):
+            response = pb.ModelInferResponse(model_name=request.model_name, model_version="1", id=request.id)
+            for tensor in request.inputs:
+                response.outputs.add(name="OUTPUT0", datatype=tensor.datatype, shape=tensor.shape)
+            response.raw_output_contents.extend(request.raw_input_contents)
+            return response
+
+    async def main():
+        server = grpc.aio.server()
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), server)
+        port_queue.put(server.add_insecure_port("127.0.0.1:0"))
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+def run_our_server(repo: str, port_queue) -> None:
+    import logging
+
+    from asr_server.server import Server
+    from asr_server.settings import ServerSettings
+
+    logging.basicConfig(level=logging.WARNING)
+
+    async def main():
+        settings = ServerSettings(
+            model_repositories=(Path(repo),), grpc_address="127.0.0.1", grpc_port=0,
+            allow_http=False, allow_metrics=False,
+        )
+        server = Server(settings)
+        await server.start()
+        port_queue.put(server.grpc_port)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def measure(port: int, requests: int) -> dict:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    data = np.arange(16, dtype=np.float32).reshape(1, 16)
+    inp = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+    inp.set_data_from_numpy(data)
+    for _ in range(200):  # warm-up
+        client.infer("identity", [inp])
+    latencies = []
+    start = time.perf_counter()
+    for _ in range(requests):
+        t0 = time.perf_counter()
+        result = client.infer("identity", [inp])
+        latencies.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - start
+    assert np.array_equal(result.as_numpy("OUTPUT0"), data), "server returned wrong data"
+    client.close()
+    latencies.sort()
+    return {
+        "p50_ms": 1e3 * statistics.median(latencies),
+        "p99_ms": 1e3 * latencies[int(0.99 * (len(latencies) - 1))],
+        "rps": requests / elapsed,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    args = parser.parse_args()
+
+    from tests.helpers.onnx_models import identity_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp)
+        (repo / "identity").mkdir()
+        (repo / "identity" / "config.pbtxt").write_text(CONFIG)
+        identity_model(repo / "identity" / "1" / "model.onnx", shape=["batch", 16])
+        ctx = mp.get_context("spawn")
+        results = {}
+        for label, target, extra in (("raw grpcio echo", run_echo_server, ()), ("asr_server", run_our_server, (str(repo),))):
+            ports = ctx.Queue()
+            proc = ctx.Process(target=target, args=(*extra, ports), daemon=True)
+            proc.start()
+            try:
+                port = ports.get(timeout=60)
+                results[label] = measure(port, args.requests)
+            finally:
+                proc.terminate()
+                proc.join(10)
+    print(f"ModelInfer round trip, FP32 [1,16], concurrency 1, {args.requests} requests, 127.0.0.1")
+    print(f"{'server':<18} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8}")
+    for label, r in results.items():
+        print(f"{label:<18} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} {r['rps']:8.0f}")
+    ratio = results["asr_server"]["p50_ms"] / results["raw grpcio echo"]["p50_ms"]
+    print(f"p50 ratio asr_server / raw echo: {ratio:.2f}x (target <= 1.5x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
