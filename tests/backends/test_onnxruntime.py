@@ -232,3 +232,24 @@ def test_model_with_an_unused_initializer_input(tmp_path: Path) -> None:
     model_dir = tmp_path / "m"
     config = complete_config(read_config(model_dir), model_dir, [1])
     assert [i.name for i in config.input] == ["INPUT0"] and config.max_batch_size == 4
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bundled_identity_example_is_current_and_serves(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_example_models", REPO_ROOT / "scripts" / "make_example_models.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.identity_fp32(tmp_path / "model.onnx")
+    model_dir = REPO_ROOT / "model_repo" / "identity_fp32"
+    assert (model_dir / "1" / "model.onnx").read_bytes() == (tmp_path / "model.onnx").read_bytes()
+
+    config = complete_config(read_config(model_dir), model_dir, available_versions(model_dir))
+    assert (config.max_batch_size, list(config.dynamic_batching.preferred_batch_size)) == (8, [8])
+    backend = OnnxRuntimeBackend(ModelContext("identity_fp32", 1, config, model_dir, model_dir / "1"))
+    backend.load()
+    audio = RNG.random((3, 7), dtype=np.float32)
+    np.testing.assert_array_equal(ok(backend.execute([request(INPUT0=audio)])[0]).output("OUTPUT0").data, audio)
