@@ -1,0 +1,73 @@
+"""Sinusoidal positional encodings and the Conv2d x4 subsampling front end."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class PositionalEncoding(nn.Module):
+    """x * sqrt(d) + PE (decoder) or, with ``add_to_input=False``, x * sqrt(d) and PE returned apart (encoder's
+    relative-position attention, WeNet's ``RelPositionalEncoding``)."""
+
+    def __init__(self, d_model: int, dropout_rate: float, max_len: int = 5000, add_to_input: bool = True):
+        super().__init__()
+        self.d_model = d_model
+        self.xscale = math.sqrt(d_model)
+        self.dropout = nn.Dropout(p=dropout_rate)
+        self.add_to_input = add_to_input
+        pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+        div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(pos * div)
+        pe[:, 1::2] = torch.cos(pos * div)
+        # Not persistent: WeNet checkpoints do not hold it, and it is a pure function of d_model.
+        self.register_buffer("pe", pe, persistent=False)  # (max_len, d_model)
+
+    def position_encoding(self, offset: torch.Tensor | int, size: int) -> torch.Tensor:
+        """PE rows offset .. offset+size-1.
+
+        offset: int, or (B,) int64 tensor (one start per sequence; negative starts clamp to row 0, those
+        positions belong to masked cache frames).
+        returns: (1, size, d) for an int offset, (B, size, d) for a tensor.
+        """
+        if isinstance(offset, int):
+            return self.pe[offset:offset + size].unsqueeze(0)
+        index = offset.reshape(-1, 1) + torch.arange(size, device=offset.device, dtype=offset.dtype)
+        index = torch.clamp(index, min=0)
+        return nn.functional.embedding(index, self.pe)
+
+    def forward(self, x: torch.Tensor, offset: torch.Tensor | int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: (B, T, d) -> (x', pos_emb (1 or B, T, d))."""
+        pos_emb = self.position_encoding(offset, x.size(1)).to(x.dtype)
+        x = x * self.xscale
+        if self.add_to_input:
+            x = x + pos_emb
+        return self.dropout(x), self.dropout(pos_emb)
+
+
+class Conv2dSubsampling4(nn.Module):
+    """Two stride-2 3x3 convolutions: 10 ms frames -> 40 ms encoder frames.
+
+    Needs ``right_context + 1 = 7`` input frames for its first output; output frame n sees inputs 4n..4n+6.
+    """
+
+    subsampling_rate = 4
+    right_context = 6
+
+    def __init__(self, idim: int, odim: int, pos_enc: PositionalEncoding):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(1, odim, 3, 2), nn.ReLU(), nn.Conv2d(odim, odim, 3, 2), nn.ReLU())
+        self.out = nn.Sequential(nn.Linear(odim * (((idim - 1) // 2 - 1) // 2), odim))
+        self.pos_enc = pos_enc
+
+    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, offset: torch.Tensor | int = 0
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: (B, T, idim), x_mask: (B, 1, T) -> x (B, T', odim), pos_emb (1|B, T', odim), mask (B, 1, T')."""
+        x = self.conv(x.unsqueeze(1))                        # (B, C, T', F')
+        b, c, t, f = x.size()
+        x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
+        x, pos_emb = self.pos_enc(x, offset)
+        return x, pos_emb, x_mask[:, :, 2::2][:, :, 2::2]
