@@ -4,6 +4,7 @@ other one-call-per-batch backends (`TensorBatchBackend`, also used by the pytorc
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import os
 from pathlib import Path
@@ -102,8 +103,16 @@ class TensorBatchBackend(Backend):
             self._run_group(requests, members, results)
         return results
 
+    @functools.cached_property
+    def _input_reshapes(self) -> dict[str, mc.ModelInput]:
+        return {io.name: io for io in self.context.config.input if io.HasField("reshape")}
+
+    @functools.cached_property
+    def _output_reshapes(self) -> dict[str, mc.ModelOutput]:
+        return {io.name: io for io in self.context.config.output if io.HasField("reshape")}
+
     def _request_feeds(self, request: InferRequest) -> dict[str, np.ndarray]:
-        reshapes = {io.name: io for io in self.context.config.input if io.HasField("reshape")}
+        reshapes = self._input_reshapes
         feeds = {}
         for name in self._feed_names():
             tensor = request.find_input(name)
@@ -147,9 +156,9 @@ class TensorBatchBackend(Backend):
 
     def _restore_output(self, name: str, array: np.ndarray) -> np.ndarray:
         """Model output -> wire form: config dims instead of `reshape`, BYTES as object arrays of bytes."""
-        for io in self.context.config.output:
-            if io.name == name and io.HasField("reshape"):
-                array = _reshape(array, io.reshape.shape, io.dims, self._batching, name)
+        io = self._output_reshapes.get(name)
+        if io is not None:
+            array = _reshape(array, io.reshape.shape, io.dims, self._batching, name)
         if array.dtype.kind in ("U", "S", "O"):
             array = _as_bytes_array(array)
         return array
@@ -346,9 +355,15 @@ def auto_complete_from_onnx(config: mc.ModelConfig, model: onnx.ModelProto) -> m
     completed = mc.ModelConfig()
     completed.CopyFrom(config)
     graph = model.graph
-    initializers = {init.name for init in graph.initializer}
-    inputs = [_value_info(node) for node in graph.input if node.name not in initializers]
-    outputs = [_value_info(node) for node in graph.output]
+    # Initializers listed as inputs (older exporters) are weights; sequence control and implicit-state
+    # tensors are fed by the sequence batcher, not by clients.
+    batcher = completed.sequence_batching
+    not_inputs = {init.name for init in graph.initializer}
+    not_inputs |= {control.name for control in batcher.control_input}
+    not_inputs |= {state.input_name for state in batcher.state}
+    not_outputs = {state.output_name for state in batcher.state}
+    inputs = [_value_info(node) for node in graph.input if node.name not in not_inputs]
+    outputs = [_value_info(node) for node in graph.output if node.name not in not_outputs]
     can_batch = all(dims and dims[0] == WILDCARD_DIM for _, _, dims in inputs + outputs)
     filling_all = not completed.input and not completed.output
     if filling_all and completed.max_batch_size == 0 and can_batch:

@@ -195,9 +195,13 @@ def _check_boolean_control(control: mc.ModelSequenceBatching.Control, kind: str,
             f"for {kind} for {name}"
         )
     if len(given) > 1:
-        raise invalid_argument(f"sequence batching specifies both '{given[0]}' and '{given[1]}' for {kind} for {name}")
+        raise invalid_argument(
+            f"sequence batching specifies both '{given[0]}' and '{given[1]}' for {kind} for {name}"
+        )
     if len(getattr(control, given[0])) != 2:
-        raise invalid_argument(f"sequence batching control '{given[0]}' must have exactly 2 entries for {kind} for {name}")
+        raise invalid_argument(
+            f"sequence batching control '{given[0]}' must have exactly 2 entries for {kind} for {name}"
+        )
 
 
 def _check_corrid_control(control: mc.ModelSequenceBatching.Control, kind: str, name: str) -> None:
@@ -231,7 +235,9 @@ def _check_instance_groups(config: mc.ModelConfig, gpus: Optional[Sequence[int]]
             unknown = [gpu for gpu in group.gpus if gpu not in gpus]
             if unknown:
                 available = ", ".join(str(gpu) for gpu in gpus)
-                raise invalid_argument(f"{where} specifies invalid or unsupported gpu id {unknown[0]}. GPUs available are: {available}")
+                raise invalid_argument(
+                    f"{where} specifies invalid or unsupported gpu id {unknown[0]}. GPUs available are: {available}"
+                )
         if group.count < 1:
             raise invalid_argument(f"{where} must specify a 'count' of at least 1")
 

@@ -253,3 +253,31 @@ def test_bundled_identity_example_is_current_and_serves(tmp_path: Path) -> None:
     backend.load()
     audio = RNG.random((3, 7), dtype=np.float32)
     np.testing.assert_array_equal(ok(backend.execute([request(INPUT0=audio)])[0]).output("OUTPUT0").data, audio)
+
+
+def test_sequence_control_and_state_tensors_are_not_auto_completed_as_io(tmp_path: Path) -> None:
+    """START and the implicit state come from the sequence batcher: the config must not ask clients for them."""
+    path = tmp_path / "m" / "1" / "model.onnx"
+    onnx_models.write_model(
+        path,
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"]), helper.make_node("Identity", ["cache_in"], ["cache_out"])],
+        [("INPUT0", TensorProto.FLOAT, ["b", 3]), ("START", TensorProto.INT32, ["b", 1]),
+         ("cache_in", TensorProto.FLOAT, ["b", 4])],
+        [("OUTPUT0", TensorProto.FLOAT, ["b", 3]), ("cache_out", TensorProto.FLOAT, ["b", 4])],
+    )
+    (tmp_path / "m" / "config.pbtxt").write_text(
+        'backend: "onnxruntime"\nmax_batch_size: 2\nsequence_batching {\n'
+        '  control_input [{ name: "START" control [{ kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] }] }]\n'
+        '  state [{ input_name: "cache_in" output_name: "cache_out" data_type: TYPE_FP32 dims: [4] }]\n}'
+    )
+    model_dir = tmp_path / "m"
+    config = complete_config(read_config(model_dir), model_dir, [1])
+    assert [i.name for i in config.input] == ["INPUT0"] and [o.name for o in config.output] == ["OUTPUT0"]
+
+    backend = OnnxRuntimeBackend(ModelContext("m", 1, config, model_dir, model_dir / "1"))
+    backend.load()
+    cache = RNG.random((1, 4), dtype=np.float32)
+    # The sequence batcher adds the control and state tensors to each request.
+    response = ok(backend.execute([request(INPUT0=np.ones((1, 3), np.float32), START=np.ones((1, 1), np.int32),
+                                           cache_in=cache)])[0])
+    np.testing.assert_array_equal(response.output("cache_out").data, cache)
