@@ -1,0 +1,297 @@
+"""Compiled inner loops of the CTC searches (numba, nopython, GIL released).
+
+Kept apart from ``ctc_search.py`` so that the public module stays readable and the
+kernels can be reasoned about alone. Every kernel takes and returns plain numpy
+arrays, so callers never see numba types.
+
+Without numba the same functions run as interpreted Python: results are identical,
+only slower. ``HAVE_NUMBA`` tells which one is live.
+
+Prefix identity without a trie or a dict: each live prefix carries a polynomial hash
+(mod a Mersenne prime, so products stay inside int64 and the interpreted fallback never
+overflows) plus the hash of its parent. Two prefixes are only declared equal after their
+tokens compare equal, so a hash collision costs time, never correctness.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:  # numba is the fast path; its absence is a speed problem, not a correctness one.
+    from numba import njit as _njit
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - exercised only where numba is missing
+    HAVE_NUMBA = False
+
+    def _njit(*_args, **_kwargs):
+        def wrap(fn):
+            return fn
+
+        return wrap
+
+
+def _jit(fn):
+    # cache=True: compiled code is reused across processes (a Triton python backend
+    # starts one process per instance; recompiling costs about a second each).
+    # nogil=True: the server may decode streams from several executor threads at once.
+    return _njit(cache=True, nogil=True)(fn)
+
+
+_HASH_MOD = 2147483647  # 2**31 - 1: h * _HASH_MUL + token fits in int64
+_HASH_MUL = 1000003
+NEG_INF = -math.inf
+
+
+@_jit
+def _log_add2(a, b):
+    # Same formula and summation order as the reference's log_add([a, b]), so the
+    # fast and plain implementations agree to the last bit.
+    m = a if a > b else b
+    if m == NEG_INF:
+        return NEG_INF
+    return m + math.log(math.exp(a - m) + math.exp(b - m))
+
+
+@_jit
+def _log_add3(a, b, c):
+    m = a if a > b else b
+    m = m if m > c else c
+    if m == NEG_INF:
+        return NEG_INF
+    return m + math.log(math.exp(a - m) + math.exp(b - m) + math.exp(c - m))
+
+
+@_jit
+def topk_rows(x, k, out_vals, out_ids):
+    """Top-k of every row, sorted by value descending, ties to the lower index.
+
+    x: (N, V) float; k <= V; out_vals: (N, k) float64; out_ids: (N, k) int64.
+    One pass per row with a small insertion buffer: on typical posteriors almost every
+    element fails the single compare against the current k-th value, so this is about V
+    compares per row instead of a partition plus a sort.
+    """
+    n_rows = x.shape[0]
+    n_cols = x.shape[1]
+    for r in range(n_rows):
+        filled = 0
+        for v_id in range(n_cols):
+            v = np.float64(x[r, v_id])
+            if filled == k and not v > out_vals[r, k - 1]:
+                continue
+            # Insert after every value >= v, which keeps ties in index order.
+            pos = filled if filled < k else k - 1
+            while pos > 0 and v > out_vals[r, pos - 1]:
+                pos -= 1
+            last = filled if filled < k else k - 1
+            j = last
+            while j > pos:
+                out_vals[r, j] = out_vals[r, j - 1]
+                out_ids[r, j] = out_ids[r, j - 1]
+                j -= 1
+            out_vals[r, pos] = v
+            out_ids[r, pos] = v_id
+            if filled < k:
+                filled += 1
+
+
+@_jit
+def _same_prefix(tokens, a, b, length):
+    # Compare from the end: live prefixes usually share their beginning.
+    for p in range(length - 1, -1, -1):
+        if tokens[a, p] != tokens[b, p]:
+            return False
+    return True
+
+
+@_jit
+def prefix_beam_advance(
+    log_probs,
+    ids,
+    n_frames,
+    top_k,
+    blank_id,
+    cutoff_prob,
+    tokens,
+    lens,
+    hashes,
+    parent_hashes,
+    pb,
+    pnb,
+    n_live,
+    parity,
+):
+    """Advance a CTC prefix beam by ``n_frames`` frames; returns (n_live, parity).
+
+    log_probs: (T, K) float64 log-probabilities of the candidate tokens of each frame.
+    ids:       (T, K) int64 their token ids, unique within a frame.
+    tokens:    (2, beam, cap) int32 prefixes, double-buffered; cap >= max len + n_frames.
+    lens, hashes, parent_hashes: (2, beam) int64; pb, pnb: (2, beam) float64 log-probs of
+               the prefix ending in blank / in its last token. Slot [parity] is current.
+
+    Per frame, per candidate token (best first), per live prefix (best first), the
+    blank / repeat / new-token cases of the CTC prefix recursion are applied; the merged
+    prefixes are ranked by log_add(pb, pnb) with ties kept in first-touch order, which is
+    exactly what a dict-based reference with a stable sort does.
+    """
+    beam = tokens.shape[1]
+    k_max = min(top_k, log_probs.shape[1])
+    n_slots = beam * (k_max + 1)
+    slot_src = np.empty(n_slots, np.int64)  # live prefix the candidate grows from
+    slot_tok = np.empty(n_slots, np.int64)  # appended token, -1 = same prefix
+    slot_pb = np.empty(n_slots, np.float64)
+    slot_pnb = np.empty(n_slots, np.float64)
+    slot_score = np.empty(n_slots, np.float64)
+    slot_taken = np.empty(n_slots, np.bool_)
+    stay_slot = np.empty(beam, np.int64)  # slot holding live prefix j unchanged
+    parent = np.empty(beam, np.int64)  # live prefix equal to prefix j minus its last token
+    order = np.empty(k_max, np.int64)
+    chosen = np.empty(beam, np.int64)
+
+    for t in range(n_frames):
+        cur = parity
+        nxt = 1 - parity
+
+        # Candidate tokens best first (stable), then the cumulative-probability cutoff.
+        n_tok = 0
+        for c in range(log_probs.shape[1]):
+            v = log_probs[t, c]
+            if n_tok == k_max and not v > log_probs[t, order[k_max - 1]]:
+                continue
+            pos = n_tok if n_tok < k_max else k_max - 1
+            while pos > 0 and v > log_probs[t, order[pos - 1]]:
+                pos -= 1
+            j = n_tok if n_tok < k_max else k_max - 1
+            while j > pos:
+                order[j] = order[j - 1]
+                j -= 1
+            order[pos] = c
+            if n_tok < k_max:
+                n_tok += 1
+        if cutoff_prob < 1.0:
+            mass = 0.0
+            kept = 0
+            while kept < n_tok:
+                mass += math.exp(log_probs[t, order[kept]])
+                kept += 1
+                if mass >= cutoff_prob:
+                    break
+            n_tok = kept
+
+        # Which live prefix is the parent of which: a new token appended to prefix i may
+        # produce a prefix that is already live, and the two must be merged.
+        for j in range(n_live):
+            stay_slot[j] = -1
+            parent[j] = -1
+            length = lens[cur, j]
+            if length == 0:
+                continue
+            for i in range(n_live):
+                if (
+                    lens[cur, i] == length - 1
+                    and hashes[cur, i] == parent_hashes[cur, j]
+                    and _same_prefix(tokens[cur], i, j, length - 1)
+                ):
+                    parent[j] = i
+                    break
+
+        n_used = 0
+        for oi in range(n_tok):
+            c = order[oi]
+            s = ids[t, c]
+            ps = log_probs[t, c]
+            for i in range(n_live):
+                length = lens[cur, i]
+                last = tokens[cur, i, length - 1] if length > 0 else -1
+                if s == blank_id:
+                    slot = stay_slot[i]
+                    if slot < 0:
+                        slot = n_used
+                        n_used += 1
+                        stay_slot[i] = slot
+                        slot_src[slot] = i
+                        slot_tok[slot] = -1
+                        slot_pb[slot] = NEG_INF
+                        slot_pnb[slot] = NEG_INF
+                    slot_pb[slot] = _log_add3(slot_pb[slot], pb[cur, i] + ps, pnb[cur, i] + ps)
+                    continue
+                if s == last:
+                    # Repeat without a blank in between stays the same prefix ...
+                    slot = stay_slot[i]
+                    if slot < 0:
+                        slot = n_used
+                        n_used += 1
+                        stay_slot[i] = slot
+                        slot_src[slot] = i
+                        slot_tok[slot] = -1
+                        slot_pb[slot] = NEG_INF
+                        slot_pnb[slot] = NEG_INF
+                    slot_pnb[slot] = _log_add2(slot_pnb[slot], pnb[cur, i] + ps)
+                # ... and a new token (or a repeat after a blank) extends it.
+                slot = -1
+                for j in range(n_live):
+                    if parent[j] == i and tokens[cur, j, lens[cur, j] - 1] == s:
+                        slot = stay_slot[j]
+                        if slot < 0:
+                            slot = n_used
+                            n_used += 1
+                            stay_slot[j] = slot
+                            slot_src[slot] = j
+                            slot_tok[slot] = -1
+                            slot_pb[slot] = NEG_INF
+                            slot_pnb[slot] = NEG_INF
+                        break
+                if slot < 0:
+                    slot = n_used
+                    n_used += 1
+                    slot_src[slot] = i
+                    slot_tok[slot] = s
+                    slot_pb[slot] = NEG_INF
+                    slot_pnb[slot] = NEG_INF
+                if s == last:
+                    slot_pnb[slot] = _log_add2(slot_pnb[slot], pb[cur, i] + ps)
+                else:
+                    slot_pnb[slot] = _log_add3(slot_pnb[slot], pb[cur, i] + ps, pnb[cur, i] + ps)
+
+        if n_used == 0:
+            # Every candidate was pruned away (only possible with no candidates at all):
+            # the beam is left as it was.
+            continue
+
+        # Keep the best `beam` slots; strict '>' keeps ties in first-touch order.
+        for slot in range(n_used):
+            slot_score[slot] = _log_add2(slot_pb[slot], slot_pnb[slot])
+            slot_taken[slot] = False
+        n_keep = min(beam, n_used)
+        for r in range(n_keep):
+            best = -1
+            for slot in range(n_used):
+                if slot_taken[slot]:
+                    continue
+                if best < 0 or slot_score[slot] > slot_score[best]:
+                    best = slot
+            slot_taken[best] = True
+            chosen[r] = best
+
+        for r in range(n_keep):
+            slot = chosen[r]
+            src = slot_src[slot]
+            length = lens[cur, src]
+            for p in range(length):
+                tokens[nxt, r, p] = tokens[cur, src, p]
+            if slot_tok[slot] >= 0:
+                tokens[nxt, r, length] = slot_tok[slot]
+                lens[nxt, r] = length + 1
+                parent_hashes[nxt, r] = hashes[cur, src]
+                hashes[nxt, r] = (hashes[cur, src] * _HASH_MUL + slot_tok[slot] + 1) % _HASH_MOD
+            else:
+                lens[nxt, r] = length
+                parent_hashes[nxt, r] = parent_hashes[cur, src]
+                hashes[nxt, r] = hashes[cur, src]
+            pb[nxt, r] = slot_pb[slot]
+            pnb[nxt, r] = slot_pnb[slot]
+        n_live = n_keep
+        parity = nxt
+    return n_live, parity
