@@ -261,10 +261,17 @@ def prefix_beam_advance(
             continue
 
         # Keep the best `beam` slots; strict '>' keeps ties in first-touch order.
+        # Zero-probability prefixes (e.g. "aa" grown from an "a" that has no path ending
+        # in blank) are dropped unless nothing else is left, so they never take a place
+        # in the beam from a real hypothesis.
+        n_finite = 0
         for slot in range(n_used):
             slot_score[slot] = _log_add2(slot_pb[slot], slot_pnb[slot])
-            slot_taken[slot] = False
-        n_keep = min(beam, n_used)
+            if slot_score[slot] > NEG_INF:
+                n_finite += 1
+        for slot in range(n_used):
+            slot_taken[slot] = n_finite > 0 and not slot_score[slot] > NEG_INF
+        n_keep = min(beam, n_finite if n_finite > 0 else n_used)
         for r in range(n_keep):
             best = -1
             for slot in range(n_used):

@@ -402,6 +402,9 @@ def reference_prefix_beam_search(
                     merged[grown] = (n_pb, _log_add([n_pnb, pb + ps, pnb + ps]))
         if merged:
             ranked = sorted(merged.items(), key=lambda kv: _log_add(list(kv[1])), reverse=True)
-            hyps = ranked[: options.beam_size]
+            # Unlike WeNet's Python search, zero-probability prefixes are dropped (unless
+            # nothing else is left): they would only take beam places from real ones.
+            alive = [kv for kv in ranked if _log_add(list(kv[1])) > -math.inf]
+            hyps = (alive or ranked)[: options.beam_size]
     nbest = [Hypothesis(prefix, _log_add([pb, pnb])) for prefix, (pb, pnb) in hyps]
     return nbest, hyps
