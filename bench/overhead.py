@@ -4,6 +4,7 @@ Both servers run in their own process on 127.0.0.1 and answer the same tritoncli
 (one FP32 [1, 16] tensor): ours through the full path (convert, validate, schedule, execute an ONNX
 identity model, convert back), the echo server by returning the input bytes from a bare ModelInfer.
 Prints p50/p99 latency and requests/s at concurrency 1 (sync client) and the p50 ratio (target <= 1.5x).
+The two servers are measured in alternating blocks of 100 requests, so background load hits both alike.
 
     python bench/overhead.py [--requests 2000]
 """
@@ -77,7 +78,7 @@ def run_our_server(repo: str, port_queue) -> None:
     asyncio.run(main())
 
 
-def measure(port: int, requests: int) -> dict:
+def make_client(port: int):
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
@@ -85,21 +86,27 @@ def measure(port: int, requests: int) -> dict:
     inp = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
     inp.set_data_from_numpy(data)
     for _ in range(200):  # warm-up
-        client.infer("identity", [inp])
+        result = client.infer("identity", [inp])
+    assert np.array_equal(result.as_numpy("OUTPUT0"), data), "server returned wrong data"
+    return client, inp
+
+
+def timed_block(client, inp, requests: int) -> tuple[list[float], float]:
     latencies = []
     start = time.perf_counter()
     for _ in range(requests):
         t0 = time.perf_counter()
-        result = client.infer("identity", [inp])
+        client.infer("identity", [inp])
         latencies.append(time.perf_counter() - t0)
-    elapsed = time.perf_counter() - start
-    assert np.array_equal(result.as_numpy("OUTPUT0"), data), "server returned wrong data"
-    client.close()
-    latencies.sort()
+    return latencies, time.perf_counter() - start
+
+
+def summarise(latencies: list[float], elapsed: float) -> dict:
+    latencies = sorted(latencies)
     return {
         "p50_ms": 1e3 * statistics.median(latencies),
         "p99_ms": 1e3 * latencies[int(0.99 * (len(latencies) - 1))],
-        "rps": requests / elapsed,
+        "rps": len(latencies) / elapsed,
     }
 
 
@@ -116,15 +123,27 @@ def main() -> int:
         (repo / "identity" / "config.pbtxt").write_text(CONFIG)
         identity_model(repo / "identity" / "1" / "model.onnx", shape=["batch", 16])
         ctx = mp.get_context("spawn")
-        results = {}
-        for label, target, extra in (("raw grpcio echo", run_echo_server, ()), ("asr_server", run_our_server, (str(repo),))):
-            ports = ctx.Queue()
-            proc = ctx.Process(target=target, args=(*extra, ports), daemon=True)
-            proc.start()
-            try:
-                port = ports.get(timeout=60)
-                results[label] = measure(port, args.requests)
-            finally:
+        servers = {"raw grpcio echo": (run_echo_server, ()), "asr_server": (run_our_server, (str(repo),))}
+        procs, clients = [], {}
+        try:
+            for label, (target, extra) in servers.items():
+                ports = ctx.Queue()
+                proc = ctx.Process(target=target, args=(*extra, ports), daemon=True)
+                proc.start()
+                procs.append(proc)
+                clients[label] = make_client(ports.get(timeout=60))
+            # Alternate short blocks so that both servers see the same background load.
+            samples = {label: ([], 0.0) for label in clients}
+            block = 100
+            for _ in range(max(1, args.requests // block)):
+                for label, (client, inp) in clients.items():
+                    latencies, elapsed = timed_block(client, inp, block)
+                    samples[label] = (samples[label][0] + latencies, samples[label][1] + elapsed)
+            results = {label: summarise(*sample) for label, sample in samples.items()}
+        finally:
+            for client, _ in clients.values():
+                client.close()
+            for proc in procs:
                 proc.terminate()
                 proc.join(10)
     print(f"ModelInfer round trip, FP32 [1,16], concurrency 1, {args.requests} requests, 127.0.0.1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import itertools
 import logging
 import os
 from pathlib import Path
@@ -69,6 +70,8 @@ class TensorBatchBackend(Backend):
     batches requests whose non-batch shapes agree (max_batch_size > 0) and splits outputs back, and
     fails only the requests of a run that raised.
     """
+
+    inline_safe = True  # a framework call never re-enters the server
 
     @abc.abstractmethod
     def _feed_names(self) -> Sequence[str]:
@@ -141,10 +144,10 @@ class TensorBatchBackend(Backend):
             except Exception as exc:  # the framework's own error types
                 raise internal(f"{type(exc).__name__}: {exc}") from exc
             outputs = {name: self._restore_output(name, array) for name, array in outputs.items()}
-            if self._batching:
+            if self._batching and len(members) > 1:
                 per_request = _split(outputs, [_batch_size(feeds) for _, feeds in members])
             else:
-                per_request = [outputs]
+                per_request = [outputs]  # one request: its outputs as they are
         except ServerError as exc:
             if exc.code is ErrorCode.INTERNAL:
                 log.warning("model '%s' failed a run of %d request(s): %s", self.context.name, len(indices), exc)
@@ -192,7 +195,7 @@ def _split(outputs: Mapping[str, np.ndarray], batch_sizes: Sequence[int]) -> lis
     """Cut every batched output back into per-request slices (views, no copies)."""
     total = sum(batch_sizes)
     per_request: list[dict[str, np.ndarray]] = [{} for _ in batch_sizes]
-    offsets = np.cumsum([0, *batch_sizes])
+    offsets = list(itertools.accumulate(batch_sizes, initial=0))
     for name, array in outputs.items():
         if array.ndim == 0 or array.shape[0] != total:
             raise internal(

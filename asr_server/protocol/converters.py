@@ -7,6 +7,7 @@ BYTES on the wire: for each element a 4-byte little-endian length, then the byte
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any, Optional
 
@@ -100,7 +101,7 @@ def tensor_bytes(tensor: Tensor) -> bytes:
 
 # ---- requests -----------------------------------------------------------------------------------
 def _decode_raw(raw: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
-    count = int(np.prod(shape)) if shape else 1
+    count = math.prod(shape)
     if datatype == "BYTES":
         return deserialize_bytes(raw, count, name).reshape(shape)
     size = ELEMENT_SIZE.get(datatype)
@@ -118,7 +119,7 @@ def _decode_contents(contents: pb.InferTensorContents, datatype: str, shape: tup
     if field is None:
         raise invalid_argument(f"input '{name}' of datatype {datatype} must be sent in raw_input_contents")
     values = list(getattr(contents, field))
-    count = int(np.prod(shape)) if shape else 1
+    count = math.prod(shape)
     if len(values) != count:
         raise invalid_argument(
             f"unexpected number of elements {len(values)} for input '{name}', expecting {count}"

@@ -22,6 +22,7 @@ from asr_server.backends.base import Backend, ModelContext, backend_class
 from asr_server.errors import ErrorCode, ServerError, as_server_error, unknown_model
 from asr_server.repository import config as config_io
 from asr_server.repository import versions as version_io
+from asr_server.scheduling.ensemble import EnsembleScheduler
 from asr_server.scheduling.factory import make_scheduler
 from asr_server.scheduling.instances import Instance, InstancePool
 from asr_server.statistics import ModelStatistics
@@ -176,9 +177,7 @@ class ModelManager:
     async def _load_version(self, model_dir: Path, name: str, number: int, config: mc.ModelConfig) -> LoadedVersion:
         stats = ModelStatistics()
         if config.platform == "ensemble":
-            from asr_server.scheduling.ensemble import EnsembleScheduler  # needs the other models
-
-            return LoadedVersion(name, number, config, EnsembleScheduler(config, self, stats), None, stats)
+            return LoadedVersion(name, number, config, self._ensemble_scheduler(config, stats), None, stats)
         cls = backend_class(config.backend)
         backends = [cls(ctx) for ctx in self._contexts(model_dir, name, number, config)]
         loaded: list[Backend] = []
@@ -192,6 +191,17 @@ class ModelManager:
             raise
         pool = InstancePool([Instance(b) for b in backends], stats, config.model_transaction_policy.decoupled)
         return LoadedVersion(name, number, config, make_scheduler(config, pool, cls, model_dir), pool, stats)
+
+    def _ensemble_scheduler(self, config: mc.ModelConfig, stats: ModelStatistics) -> EnsembleScheduler:
+        scheduler = EnsembleScheduler(config, self._hooks()[1] if self._hooks else None, stats)
+        for dependency in sorted(scheduler.dependencies):
+            entry = self.models.get(dependency)
+            if entry is None or not entry.versions:
+                raise ServerError(
+                    f"ensemble '{config.name}' depends on '{dependency}' which has no loaded version",
+                    ErrorCode.INVALID_ARGUMENT,
+                )
+        return scheduler
 
     def _contexts(self, model_dir: Path, name: str, number: int, config: mc.ModelConfig) -> list[ModelContext]:
         infer_sync, infer_async = self._hooks() if self._hooks else (None, None)
@@ -239,12 +249,20 @@ class ModelManager:
             await asyncio.to_thread(version.pool.shutdown)
 
     async def load_many(self, names: list[str]) -> None:
-        """Load several models; failures are recorded on their entries, not raised."""
-        for name in names:
+        """Load several models, ensembles last (they need their steps); failures are recorded on their
+        entries, not raised."""
+        for name in sorted(names, key=lambda n: (self._is_ensemble(n), n)):
             try:
                 await self.load(name)
             except ServerError:
                 pass
+
+    def _is_ensemble(self, name: str) -> bool:
+        model_dir = self.find_model_dir(name)
+        try:
+            return model_dir is not None and config_io.read_config(model_dir).platform == "ensemble"
+        except ServerError:
+            return False
 
     async def poll(self) -> None:
         """Poll mode: load new models, reload changed ones, unload removed ones."""

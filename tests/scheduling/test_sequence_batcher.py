@@ -1,0 +1,233 @@
+"""Sequence batching over gRPC: implicit state per sequence, controls, idle eviction, errors, ensembles."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as aioclient
+
+from tests.helpers.onnx_models import identity_model, model_folder
+from tests.helpers.sequence_models import accumulator, py_accumulator, python_model
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+def x_input(value: float, name: str = "INPUT") -> list:
+    inp = aioclient.InferInput(name, [1, 1], "FP32")
+    inp.set_data_from_numpy(np.array([[value]], dtype=np.float32))
+    return [inp]
+
+
+async def stream_all(client, requests: list[dict]) -> list:
+    """Send every request on one stream; return (result, error) in arrival order."""
+
+    async def iterate():
+        for request in requests:
+            yield request
+
+    out = []
+    async for result, error in client.stream_infer(iterate()):
+        out.append((result, error))
+        if len(out) == len(requests):
+            break
+    return out
+
+
+@pytest.fixture
+def client_of():
+    clients = []
+
+    def make(server):
+        client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        clients.append(client)
+        return client
+
+    yield make
+
+
+async def test_implicit_state_running_sums_of_50_interleaved_sequences(tmp_path: Path, running, client_of):
+    accumulator(tmp_path)
+    sequences, steps = 50, 5
+    requests = []
+    for step in range(steps):
+        for seq in range(sequences):
+            requests.append(dict(
+                model_name="accumulator", inputs=x_input((seq + 1) * (step + 1)), request_id=f"{seq}:{step}",
+                sequence_id=1000 + seq, sequence_start=step == 0, sequence_end=step == steps - 1,
+            ))
+    async with running(tmp_path, allow_http=False) as server:
+        client = client_of(server)
+        results = await stream_all(client, requests)
+        assert all(error is None for _, error in results), [e for _, e in results if e][:3]
+        got = {r.get_response().id: float(r.as_numpy("OUTPUT")[0, 0]) for r, _ in results}
+        for seq in range(sequences):
+            for step in range(steps):
+                expected = (seq + 1) * sum(k + 1 for k in range(step + 1))
+                assert got[f"{seq}:{step}"] == expected, (seq, step)
+        stats = (await client.get_inference_statistics("accumulator", as_json=True))["model_stats"][0]
+        assert int(stats["inference_count"]) == sequences * steps
+        assert int(stats["execution_count"]) < sequences * steps  # sequences shared batches
+        scheduler = server.manager.get("accumulator").scheduler
+        assert scheduler.sequences == {}  # every sequence ended and was freed
+        await client.close()
+
+
+async def test_sequence_errors_and_restart(tmp_path: Path, running, client_of):
+    accumulator(tmp_path)
+    async with running(tmp_path, allow_http=False) as server:
+        client = client_of(server)
+        results = await stream_all(client, [
+            dict(model_name="accumulator", inputs=x_input(1), sequence_id=0),
+            dict(model_name="accumulator", inputs=x_input(1), sequence_id=7),
+            dict(model_name="accumulator", inputs=x_input(2), sequence_id=8, sequence_start=True),
+            dict(model_name="accumulator", inputs=x_input(3), sequence_id=8, sequence_start=True),
+            dict(model_name="accumulator", inputs=x_input(4), sequence_id="words", sequence_start=True, sequence_end=True),
+        ])
+        errors = [str(error) for _, error in results if error is not None]
+        assert any("must specify a non-zero or non-empty correlation ID" in e for e in errors)
+        assert any("must specify the START flag on the first request of the sequence" in e for e in errors)
+        values = sorted(float(r.as_numpy("OUTPUT")[0, 0]) for r, e in results if e is None)
+        # A second START restarts sequence 8 from zero; string ids work too.
+        assert values == [2.0, 3.0, 4.0]
+        await client.close()
+
+
+async def test_idle_sequences_are_evicted_and_their_state_freed(tmp_path: Path, running, client_of):
+    accumulator(tmp_path, idle_us=100_000)
+    async with running(tmp_path, allow_http=False) as server:
+        client = client_of(server)
+        first = await stream_all(client, [dict(model_name="accumulator", inputs=x_input(5), sequence_id=3,
+                                               sequence_start=True)])
+        assert first[0][1] is None
+        scheduler = server.manager.get("accumulator").scheduler
+        assert 3 in scheduler.sequences
+        for _ in range(100):  # eviction runs on the batcher's own timer; wait for it (bounded)
+            if 3 not in scheduler.sequences:
+                break
+            await asyncio.sleep(0.02)
+        assert 3 not in scheduler.sequences
+        late = await stream_all(client, [dict(model_name="accumulator", inputs=x_input(1), sequence_id=3)])
+        assert "must specify the START flag" in str(late[0][1])
+        await client.close()
+
+
+async def test_live_sequence_cap(tmp_path: Path, running, client_of):
+    accumulator(tmp_path)
+    async with running(tmp_path, allow_http=False) as server:
+        scheduler = server.manager.get("accumulator").scheduler
+        scheduler.max_sequences = 2
+        client = client_of(server)
+        results = await stream_all(client, [
+            dict(model_name="accumulator", inputs=x_input(1), sequence_id=i, sequence_start=True) for i in (1, 2, 3)
+        ])
+        errors = [str(e) for _, e in results if e is not None]
+        assert len(errors) == 1 and "limit of 2 live sequences" in errors[0]
+        await client.close()
+
+
+FORMAT_CONFIG = """
+    name: "formatter"
+    backend: "python"
+    max_batch_size: 16
+    input [ { name: "VALUE", data_type: TYPE_FP32, dims: [ 1 ] } ]
+    output [ { name: "TEXT", data_type: TYPE_STRING, dims: [ 1 ] } ]
+    dynamic_batching { }
+"""
+FORMAT_SOURCE = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "VALUE").as_numpy()
+            text = np.array([[f"sum={v:g}".encode() for v in row] for row in values], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", text)]))
+        return responses
+'''
+IDENTITY_CONFIG = """
+name: "identity"
+backend: "onnxruntime"
+max_batch_size: 16
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 1 ] } ]
+dynamic_batching { }
+"""
+ENSEMBLE_CONFIG = """
+name: "pipeline"
+platform: "ensemble"
+max_batch_size: 16
+input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "TEXT", data_type: TYPE_STRING, dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "py_accumulator" model_version: -1 input_map { key: "X" value: "X" }
+      output_map { key: "SUM" value: "running_sum" } },
+    { model_name: "identity" model_version: -1 input_map { key: "INPUT0" value: "running_sum" }
+      output_map { key: "OUTPUT0" value: "copied" } },
+    { model_name: "formatter" model_version: -1 input_map { key: "VALUE" value: "copied" }
+      output_map { key: "TEXT" value: "TEXT" } }
+  ]
+}
+"""
+
+
+def pipeline_repo(root: Path) -> Path:
+    py_accumulator(root)
+    model_folder(root, "identity", IDENTITY_CONFIG, identity_model, shape=["batch", 1])
+    python_model(root, "formatter", FORMAT_CONFIG, FORMAT_SOURCE)
+    (root / "pipeline" / "1").mkdir(parents=True)
+    (root / "pipeline" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
+    return root
+
+
+async def test_ensemble_of_three_models_with_sequences(tmp_path: Path, running, client_of):
+    pipeline_repo(tmp_path)
+    requests = []
+    for step in range(3):
+        for seq in range(4):
+            requests.append(dict(
+                model_name="pipeline", inputs=x_input(seq + 1, "X"), request_id=f"{seq}:{step}",
+                sequence_id=500 + seq, sequence_start=step == 0, sequence_end=step == 2,
+            ))
+    async with running(tmp_path, allow_http=False) as server:
+        client = client_of(server)
+        meta = await client.get_model_metadata("pipeline", as_json=True)
+        assert meta["platform"] == "ensemble"
+        results = await stream_all(client, requests)
+        assert all(e is None for _, e in results), [str(e) for _, e in results if e][:2]
+        got = {r.get_response().id: r.as_numpy("TEXT")[0, 0] for r, _ in results}
+        for seq in range(4):
+            for step in range(3):
+                assert got[f"{seq}:{step}"] == f"sum={(seq + 1) * (step + 1)}".encode()
+        # A failing step is reported on the ensemble request, naming the step; the stream goes on.
+        bad = aioclient.InferInput("X", [1, 1], "FP32")
+        bad.set_data_from_numpy(np.array([[1.0]], np.float32))
+        results = await stream_all(client, [
+            dict(model_name="pipeline", inputs=[bad], sequence_id=9),
+            dict(model_name="pipeline", inputs=x_input(2, "X"), sequence_id=10, sequence_start=True, sequence_end=True),
+        ])
+        errors = [str(e) for _, e in results if e is not None]
+        assert len(errors) == 1 and "step 0 ('py_accumulator')" in errors[0] and "START flag" in errors[0]
+        ok = [r for r, e in results if e is None]
+        assert ok[0].as_numpy("TEXT")[0, 0] == b"sum=2"
+        stats = (await client.get_inference_statistics("pipeline", as_json=True))["model_stats"][0]
+        assert stats["inference_stats"]["success"]["count"] == "13"
+        assert stats["inference_stats"]["fail"]["count"] == "1"
+        await client.close()
+
+
+async def test_ensemble_with_missing_step_model_is_unavailable(tmp_path: Path, running, client_of):
+    (tmp_path / "pipeline" / "1").mkdir(parents=True)
+    (tmp_path / "pipeline" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
+    async with running(tmp_path, allow_http=False, exit_on_error=False) as server:
+        client = client_of(server)
+        index = {m["name"]: m for m in (await client.get_model_repository_index(as_json=True))["models"]}
+        assert index["pipeline"]["state"] == "UNAVAILABLE"
+        assert "depends on 'formatter' which has no loaded version" in index["pipeline"]["reason"]
+        await client.close()
