@@ -182,7 +182,8 @@ def import_model_module(path: Path, model_name: str, route: Optional[pb_utils._M
             raise
         finally:
             for entry in search_paths:
-                sys.path.remove(entry)
+                if entry in sys.path:  # the model may have removed it itself
+                    sys.path.remove(entry)
             for name in set(sys.modules) - before - {unique_name}:
                 if _is_under(sys.modules[name], model_dir):
                     del sys.modules[name]
@@ -316,16 +317,16 @@ class InstanceRoute:
     async def infer_async(
         self, request: pb_utils.InferenceRequest, decoupled: bool
     ) -> Union[pb_utils.InferenceResponse, pb_utils.ResponseIterator]:
-        # Model coroutines run on the instance's own loop, not on the server's; `infer_sync` (safe from
-        # any thread) in an executor is the hook that works from every loop, so it is preferred.
-        if self._context.infer_sync is not None:
-            return await asyncio.get_running_loop().run_in_executor(None, self.infer, request, decoupled)
+        # The model's coroutines run on the instance's own loop; `infer_async` must be awaitable from any
+        # loop (the server's bridges to its own). Without it, `infer_sync` runs in an executor thread.
         infer_async = self._context.infer_async
         if infer_async is None:
-            return self._result_of_error(self._no_hook_error(), decoupled)
+            if self._context.infer_sync is None:
+                return self._result_of_error(self._no_hook_error(), decoupled)
+            return await asyncio.get_running_loop().run_in_executor(None, self.infer, request, decoupled)
         try:
             responses = await infer_async(bls_request(request))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - Triton reports BLS failures inside the response
             return self._result_of_error(exc, decoupled)
         return self._result(request, responses, decoupled)
 

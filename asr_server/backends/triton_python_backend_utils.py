@@ -428,7 +428,7 @@ class InferenceResponse:
 
     def parameters(self) -> str:
         """The response parameters as a JSON string, as Triton gives them."""
-        return json.dumps(self._parameters)
+        return json.dumps(self._parameters, default=str)
 
 
 class ResponseIterator:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import threading
@@ -14,7 +15,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.backends import triton_python_backend_utils as pb_utils
-from asr_server.backends.base import InferSync, ModelContext, backend_class
+from asr_server.backends.base import InferAsync, InferSync, ModelContext, backend_class
 from asr_server.backends.python import PythonBackend, config_to_dict
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.types import (
@@ -41,6 +42,7 @@ def make_context(
     config: Optional[mc.ModelConfig] = None,
     instance_index: int = 0,
     infer_sync: Optional[InferSync] = None,
+    infer_async: Optional[InferAsync] = None,
 ) -> ModelContext:
     config = config if config is not None else read_config(model_dir)
     return ModelContext(
@@ -51,6 +53,7 @@ def make_context(
         version_dir=model_dir / "1",
         instance_name=f"{config.name}_0_{instance_index}",
         infer_sync=infer_sync,
+        infer_async=infer_async,
     )
 
 
@@ -237,6 +240,56 @@ def test_config_json_int64_values_are_numbers() -> None:
     assert data["dynamic_batching"]["priority_queue_policy"]["1"]["default_timeout_microseconds"] == 2500
 
 
+def write_model(tmp_path: Path, name: str, source: str, decoupled: bool = False) -> tuple[Path, mc.ModelConfig]:
+    model_dir = tmp_path / name
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.py").write_text(source)
+    config = mc.ModelConfig(name=name, backend="python")
+    config.model_transaction_policy.decoupled = decoupled
+    return model_dir, config
+
+
+def test_non_decoupled_model_may_answer_through_its_sender(tmp_path: Path) -> None:
+    model_dir, config = write_model(
+        tmp_path,
+        "sender_answer",
+        "import numpy as np\n"
+        "import triton_python_backend_utils as pb_utils\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        for i, request in enumerate(requests):\n"
+        "            out = pb_utils.Tensor('Y', np.array([i], dtype=np.int32))\n"
+        "            request.get_response_sender().send(\n"
+        "                pb_utils.InferenceResponse([out]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)\n"
+        "        return None\n",
+    )
+    backend = PythonBackend(make_context(model_dir, config=config))
+    backend.load()
+    try:
+        results = backend.execute([request("sender_answer"), request("sender_answer")])
+        assert [r.output("Y").data.tolist() for r in results] == [[0], [1]]
+    finally:
+        backend.unload()
+
+
+def test_execute_returning_a_non_list_fails_each_request(tmp_path: Path) -> None:
+    model_dir, config = write_model(
+        tmp_path,
+        "returns_dict",
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        return {'not': 'a list'}\n",
+    )
+    backend = PythonBackend(make_context(model_dir, config=config))
+    backend.load()
+    try:
+        results = backend.execute([request("returns_dict")])
+        assert isinstance(results[0], ServerError)
+        assert results[0].message == "Expected a list in the execute return, found type 'dict'."
+    finally:
+        backend.unload()
+
+
 # ---- instances and lifecycle
 
 
@@ -417,6 +470,7 @@ class FakeServer:
     def __init__(self) -> None:
         self.requests: list[InferRequest] = []
         self.threads: set[str] = set()
+        self.async_calls = 0
 
     def infer_sync(self, req: InferRequest) -> list[InferResponse]:
         self.requests.append(req)
@@ -431,6 +485,11 @@ class FakeServer:
             ]
             return parts + [InferResponse("counter_stream", "1", final=True)]
         raise ServerError(f"Request for unknown model: '{req.model_name}' is not found", ErrorCode.NOT_FOUND)
+
+    async def infer_async(self, req: InferRequest) -> list[InferResponse]:
+        self.async_calls += 1
+        await asyncio.sleep(0)  # a real await point: both BLS calls are in flight together
+        return self.infer_sync(req)
 
 
 def test_bls_exec_goes_through_infer_sync(load_model) -> None:
@@ -471,10 +530,13 @@ def test_bls_without_hook_reports_error_in_response(load_model) -> None:
     assert "BLS is not available" in result.message
 
 
-def test_async_execute_with_async_exec(load_model) -> None:
+@pytest.mark.parametrize("hooks", ["sync_and_async", "sync_only"])
+def test_async_execute_with_async_exec(load_model, hooks: str) -> None:
     server = FakeServer()
-    backend = load_model(FIXTURES / "bls_async", infer_sync=server.infer_sync)
+    infer_async = server.infer_async if hooks == "sync_and_async" else None
+    backend = load_model(FIXTURES / "bls_async", infer_sync=server.infer_sync, infer_async=infer_async)
     (result,) = backend.execute([request("bls_async", fp32("INPUT0", [5, 6, 7, 8]), fp32("INPUT1", [1, 2, 3, 4]))])
     assert result.output("SUM").data.tolist() == [6.0, 8.0, 10.0, 12.0]
     assert result.output("DIFF").data.tolist() == [4.0, 4.0, 4.0, 4.0]
     assert sorted(r.outputs[0].name for r in server.requests) == ["OUTPUT0", "OUTPUT1"]
+    assert server.async_calls == (2 if infer_async else 0)
