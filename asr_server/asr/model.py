@@ -198,21 +198,21 @@ class U2Model(nn.Module):
             xs, xs_lens, offset, att_cache, cnn_cache, cache_mask)
         return self.ctc_log_probs(out), out, mask.squeeze(1).sum(1), r_offset, r_att, r_cnn, r_mask
 
-    def score_hyps(self, encoder_out: torch.Tensor, encoder_out_lens: torch.Tensor, hyps_pad_sos_eos: torch.Tensor,
-                   hyps_lens_sos: torch.Tensor, r_hyps_pad_sos_eos: torch.Tensor | None = None,
-                   reverse_weight: float | None = None) -> torch.Tensor:
-        """Attention-decoder log-likelihood of N hypotheses per utterance (for attention rescoring).
+    def score_hyps_both(self, encoder_out: torch.Tensor, encoder_out_lens: torch.Tensor,
+                        hyps_pad_sos_eos: torch.Tensor, hyps_lens_sos: torch.Tensor,
+                        r_hyps_pad_sos_eos: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention-decoder log-likelihood of N hypotheses per utterance, per direction.
 
         encoder_out:        (B, T, d); encoder_out_lens: (B,)
         hyps_pad_sos_eos:   (B, N, L+2) int64: [sos] + hyp + [eos], padded with eos (WeNet's layout)
         hyps_lens_sos:      (B, N) int: len(hyp) + 1
-        r_hyps_pad_sos_eos: (B, N, L+2) int64: [sos] + reversed(hyp) + [eos], padded with eos
-        returns: (B, N) float32: (1-rw) * left + rw * right, each the sum of log p over hyp tokens and eos
+        r_hyps_pad_sos_eos: (B, N, L+2) int64: [sos] + reversed(hyp) + [eos], padded; None = skip right
+        returns: left (B, N) float32, right (B, N) float32 or None (no right decoder / no r_hyps); each the
+                 sum of log p over the hyp tokens and eos
         """
         b, n, l2 = hyps_pad_sos_eos.shape
         t = encoder_out.size(1)
-        rw = self.model_cfg.reverse_weight if reverse_weight is None else reverse_weight
-        rw = rw if (self.has_right_decoder and r_hyps_pad_sos_eos is not None) else 0.0
         memory = encoder_out.unsqueeze(1).expand(b, n, t, encoder_out.size(2)).reshape(b * n, t, -1)
         mem_mask = (~make_pad_mask(encoder_out_lens.to(torch.int64), t)).unsqueeze(1)          # (B, 1, T)
         mem_mask = mem_mask.unsqueeze(1).expand(b, n, 1, t).reshape(b * n, 1, t)
@@ -226,10 +226,21 @@ class U2Model(nn.Module):
             return (tok * valid).sum(1).reshape(b, n)
 
         left_dec = self.decoder.left_decoder if isinstance(self.decoder, BiTransformerDecoder) else self.decoder
-        score = direction(left_dec, hyps_pad_sos_eos)
-        if rw > 0.0:
-            score = (1 - rw) * score + rw * direction(self.decoder.right_decoder, r_hyps_pad_sos_eos)
-        return score
+        left = direction(left_dec, hyps_pad_sos_eos)
+        right = None
+        if self.has_right_decoder and r_hyps_pad_sos_eos is not None:
+            right = direction(self.decoder.right_decoder, r_hyps_pad_sos_eos)
+        return left, right
+
+    def score_hyps(self, encoder_out: torch.Tensor, encoder_out_lens: torch.Tensor, hyps_pad_sos_eos: torch.Tensor,
+                   hyps_lens_sos: torch.Tensor, r_hyps_pad_sos_eos: torch.Tensor | None = None,
+                   reverse_weight: float | None = None) -> torch.Tensor:
+        """(B, N) decoder score (1-rw) * left + rw * right (shapes as ``score_hyps_both``); rw defaults to
+        model_conf.reverse_weight and is 0 without a right decoder."""
+        rw = self.model_cfg.reverse_weight if reverse_weight is None else reverse_weight
+        left, right = self.score_hyps_both(encoder_out, encoder_out_lens, hyps_pad_sos_eos, hyps_lens_sos,
+                                           r_hyps_pad_sos_eos if rw > 0 else None)
+        return left if right is None else (1 - rw) * left + rw * right
 
 
 def count_parameters(model: nn.Module) -> int:

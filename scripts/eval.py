@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Decode Kaldi-style test splits with a WeNet-style model dir and print WER per decoding mode.
+
+Modes (all with the project's own search, ``asr_server.asr.ctc_search`` / ``rescoring``):
+  offline_greedy, offline_beam, offline_rescore   full-context encoder
+  stream_greedy, stream_beam, stream_rescore      batched ``forward_chunk`` chunk by chunk
+                                                  (--chunk encoder frames, 40 ms each; 16 = 640 ms)
+  pocketsphinx                                    independent reference (its bundled US-English model)
+
+    python scripts/eval.py --model models/demo_en --data /work/data/corpus/test_a /work/data/corpus/test_b
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from asr_server.asr.checkpoint import LoadedModel, load_model_dir  # noqa: E402
+from asr_server.asr.features import fbank  # noqa: E402
+
+try:  # written by another engineer; the fallback keeps this script usable without it
+    from asr_server.asr import ctc_search, rescoring
+except ImportError:  # pragma: no cover
+    ctc_search = rescoring = None
+
+
+def edit_distance(ref: list[str], hyp: list[str]) -> int:
+    d = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, d[0] = d[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
+    return d[-1]
+
+
+def wer(refs: list[str], hyps: list[str]) -> float:
+    errors = sum(edit_distance(r.split(), h.split()) for r, h in zip(refs, hyps))
+    return 100.0 * errors / max(1, sum(len(r.split()) for r in refs))
+
+
+def read_split(d: Path, limit: int | None):
+    wavs = dict(line.split(maxsplit=1) for line in (d / "wav.scp").read_text().splitlines() if line.strip())
+    rows = []
+    for line in (d / "text").read_text().splitlines():
+        utt, text = line.split(maxsplit=1)
+        rows.append((utt, wavs[utt].strip(), text.strip()))
+    return rows[:limit] if limit else rows
+
+
+def pad_feats(feats: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    lens = torch.tensor([f.shape[0] for f in feats])
+    x = torch.zeros(len(feats), int(lens.max()), feats[0].shape[1])
+    for i, f in enumerate(feats):
+        x[i, : f.shape[0]] = torch.from_numpy(f)
+    return x, lens
+
+
+class Decoder:
+    """CTC search (+ attention rescoring) over encoder outputs, shared by the offline and streaming paths."""
+
+    def __init__(self, lm: LoadedModel, beam: int):
+        self.lm, self.beam = lm, beam
+        mc = lm.model.model_cfg
+        self.opts = rescoring.RescoringOptions(ctc_weight=mc.ctc_weight,
+                                               reverse_weight=mc.reverse_weight if lm.model.has_right_decoder else 0.0)
+
+    def text(self, tokens) -> str:
+        return self.lm.tokenizer.decode(tokens)
+
+    def search(self, log_probs: np.ndarray, method: str):
+        s = ctc_search.make_search(ctc_search.SearchOptions(method=method, beam_size=self.beam))
+        s.advance(log_probs)
+        return s
+
+    def rescore(self, encoder_out: torch.Tensor, nbests) -> list[tuple[int, ...]]:
+        """encoder_out: list of (T_i, d) tensors; nbests: list of [(tokens, ctc_score)]."""
+        m = self.lm.model
+        inputs = rescoring.build_decoder_inputs(nbests, self.beam, m.sos, m.eos,
+                                                bidirectional=m.has_right_decoder)
+        lens = torch.tensor([e.size(0) for e in encoder_out])
+        enc = torch.nn.utils.rnn.pad_sequence(encoder_out, batch_first=True)
+        with torch.no_grad():
+            left, right = m.score_hyps_both(
+                enc, lens, torch.from_numpy(inputs.hyps_pad_sos_eos), torch.from_numpy(inputs.hyps_lens_sos),
+                None if inputs.r_hyps_pad_sos_eos is None else torch.from_numpy(inputs.r_hyps_pad_sos_eos))
+        left = left.numpy()
+        right = None if right is None else right.numpy()
+        return [r.tokens for r in rescoring.attention_rescoring(nbests, left, right, self.opts)]
+
+
+def decode_offline(dec: Decoder, feats: list[np.ndarray], batch: int = 16) -> dict[str, list[str]]:
+    out = {"offline_greedy": [], "offline_beam": [], "offline_rescore": []}
+    m = dec.lm.model
+    for s in range(0, len(feats), batch):
+        x, xl = pad_feats(feats[s:s + batch])
+        with torch.no_grad():
+            enc, enc_lens = m.encode(x, xl)
+            lp = m.ctc_log_probs(enc).numpy()
+        encs, nbests = [], []
+        for i in range(x.size(0)):
+            n = int(enc_lens[i])
+            out["offline_greedy"].append(dec.text(ctc_search.ctc_greedy(lp[i:i + 1, :n])[0]))
+            nb = [(h.tokens, h.score) for h in dec.search(lp[i, :n], ctc_search.PREFIX_BEAM).nbest()]
+            out["offline_beam"].append(dec.text(nb[0][0]))
+            encs.append(enc[i, :n])
+            nbests.append(nb)
+        out["offline_rescore"] += [dec.text(t) for t in dec.rescore(encs, nbests)]
+    return out
+
+
+def decode_streaming(dec: Decoder, feats: list[np.ndarray], chunk: int, left_chunks: int,
+                     batch: int = 16) -> dict[str, list[str]]:
+    """All streams of a batch advance one window per forward_chunk call, with their caches batched."""
+    out = {"stream_greedy": [], "stream_beam": [], "stream_rescore": []}
+    m = dec.lm.model
+    window = m.encoder.decoding_window(chunk)
+    stride = chunk * m.encoder.subsampling_rate
+    for s in range(0, len(feats), batch):
+        group = feats[s:s + batch]
+        b = len(group)
+        state = m.init_stream_state(b, chunk * left_chunks)
+        greedy = [ctc_search.make_search(ctc_search.SearchOptions(method=ctc_search.GREEDY)) for _ in group]
+        beam = [ctc_search.make_search(ctc_search.SearchOptions(beam_size=dec.beam)) for _ in group]
+        hist: list[list[torch.Tensor]] = [[] for _ in group]
+        n_windows = max(max(1, (f.shape[0] - window + stride - 1) // stride + 1) for f in group)
+        for k in range(n_windows):
+            xs = torch.zeros(b, window, group[0].shape[1])
+            lens = torch.full((b,), window)
+            active = []
+            for i, f in enumerate(group):
+                seg = f[k * stride:k * stride + window]
+                # a stream that has ended keeps a full dummy window so no attention row is all-masked;
+                # its outputs are ignored below
+                if seg.shape[0] >= m.encoder.right_context + 1:
+                    xs[i, :seg.shape[0]] = torch.from_numpy(seg)
+                    lens[i] = seg.shape[0]
+                    active.append(i)
+            with torch.no_grad():
+                lp, chunk_out, out_lens, *new = m.forward_chunk(xs, lens, **state)
+            state = dict(zip(("offset", "att_cache", "cnn_cache", "cache_mask"), new))
+            lp = lp.numpy()
+            for i in active:
+                n = int(out_lens[i])
+                greedy[i].advance(lp[i, :n])
+                beam[i].advance(lp[i, :n])
+                hist[i].append(chunk_out[i, :n])
+        nbests = [[(h.tokens, h.score) for h in bs.nbest()] for bs in beam]
+        out["stream_greedy"] += [dec.text(g.best().tokens) for g in greedy]
+        out["stream_beam"] += [dec.text(nb[0][0]) if nb else "" for nb in nbests]
+        out["stream_rescore"] += [dec.text(t) for t in dec.rescore([torch.cat(h) for h in hist], nbests)]
+    return out
+
+
+def pocketsphinx_decode(wavs: list[np.ndarray]) -> list[str] | None:
+    try:
+        from pocketsphinx import Decoder as PsDecoder
+    except ImportError:
+        return None
+    d = PsDecoder(samprate=16000, loglevel="FATAL")
+    hyps = []
+    for w in wavs:
+        d.start_utt()
+        d.process_raw((np.clip(w, -1, 1) * 32767).astype(np.int16).tobytes(), full_utt=True)
+        d.end_utt()
+        h = d.hyp()
+        hyps.append(h.hypstr.lower() if h is not None else "")
+    return hyps
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--data", type=Path, nargs="+", required=True)
+    ap.add_argument("--limit", type=int, default=None, help="utterances per split")
+    ap.add_argument("--beam", type=int, default=10)
+    ap.add_argument("--chunk", type=int, default=16, help="streaming chunk, encoder frames (16 = 640 ms)")
+    ap.add_argument("--left-chunks", type=int, default=4)
+    ap.add_argument("--pocketsphinx", type=int, default=0, help="also decode this many utts with pocketsphinx")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", type=Path, default=None, help="write the figures here")
+    ap.add_argument("--show", type=int, default=0, help="print this many hyp/ref pairs per split")
+    args = ap.parse_args(argv)
+    if ctc_search is None:
+        print("asr_server.asr.ctc_search is missing", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    lm = load_model_dir(args.model)
+    dec = Decoder(lm, args.beam)
+    results = {}
+    for split in args.data:
+        rows = read_split(split, args.limit)
+        wavs = [sf.read(p, dtype="float32")[0] for _, p, _ in rows]
+        refs = [t for _, _, t in rows]
+        feats = [fbank(w, lm.fbank) for w in wavs]
+        t0 = time.monotonic()
+        hyps = decode_offline(dec, feats)
+        hyps.update(decode_streaming(dec, feats, args.chunk, args.left_chunks))
+        secs = time.monotonic() - t0
+        res = {mode: round(wer(refs, h), 2) for mode, h in hyps.items()}
+        if args.pocketsphinx:
+            n = min(args.pocketsphinx, len(rows))
+            ps = pocketsphinx_decode(wavs[:n])
+            if ps is not None:
+                res[f"pocketsphinx_{n}utts"] = round(wer(refs[:n], ps), 2)
+                res[f"offline_rescore_same_{n}utts"] = round(wer(refs[:n], hyps["offline_rescore"][:n]), 2)
+        res["utterances"] = len(rows)
+        res["decode_seconds"] = round(secs, 1)
+        results[split.name] = res
+        print(f"== {split.name} ({len(rows)} utts)")
+        for k, v in res.items():
+            print(f"  {k:32s} {v}")
+        for i in range(min(args.show, len(rows))):
+            print(f"    REF {refs[i]}\n    HYP {hyps['offline_rescore'][i]}")
+        sys.stdout.flush()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+import numpy as np
+import pytest
+
+from asr_server.asr.cmvn import CmvnStats, load_cmvn, save_json_cmvn
+from asr_server.asr.features import FbankConfig, StreamingFbank, batch_fbank, fbank
+
+
+def _wave(seconds: float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(16000 * seconds)) / 16000
+    return (0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+def test_fbank_shape_and_frame_count():
+    w = _wave(1.0)
+    f = fbank(w)
+    assert f.shape == (98, 80)  # snip_edges: 1 + (16000 - 400) // 160
+    assert FbankConfig().num_frames(16000) == 98
+    assert np.isfinite(f).all()
+
+
+def test_fbank_scales_to_int16_range():
+    w = _wave(0.5)
+    scaled = fbank(w)
+    raw = fbank(w * 32768.0, FbankConfig(scale_to_int16=False))
+    np.testing.assert_allclose(scaled, raw, atol=1e-4)
+    # log-mel energies of int16-range audio are far above those of [-1, 1] audio: log(32768^2) ~ 20.8
+    assert float(np.mean(scaled - fbank(w, FbankConfig(scale_to_int16=False)))) == pytest.approx(20.8, abs=0.1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_streaming_fbank_equals_full(seed):
+    rng = np.random.default_rng(seed)
+    w = _wave(1.37, seed)
+    full = fbank(w)
+    s = StreamingFbank()
+    out, i = [], 0
+    while i < w.size:
+        n = int(rng.integers(1, 2500))
+        out.append(s.accept_waveform(w[i:i + n]))
+        i += n
+    got = np.concatenate(out)
+    assert got.shape == full.shape
+    assert s.num_frames_emitted == full.shape[0]
+    assert np.array_equal(got, full)
+    assert s.residual_samples < 400
+
+
+def test_streaming_fbank_short_input_waits():
+    s = StreamingFbank()
+    assert s.accept_waveform(np.zeros(399, np.float32)).shape == (0, 80)
+    assert s.accept_waveform(np.zeros(1, np.float32)).shape == (1, 80)
+    s.reset()
+    assert s.residual_samples == 0 and s.num_frames_emitted == 0
+
+
+def test_batch_fbank_pads():
+    feats, lens = batch_fbank([_wave(0.5), _wave(1.0)])
+    assert feats.shape == (2, 98, 80)
+    assert lens.tolist() == [48, 98]
+    assert np.all(feats[0, 48:] == 0)
+    np.testing.assert_array_equal(feats[1], fbank(_wave(1.0)))
+
+
+def test_cmvn_json_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(3.0, 2.0, size=(500, 80))
+    st = CmvnStats.zeros(80)
+    st.accumulate(x[:200])
+    st.accumulate(x[200:])
+    save_json_cmvn(st, tmp_path / "global_cmvn")
+    back = load_cmvn(tmp_path / "global_cmvn")
+    assert back.frame_num == 500
+    mean, istd = back.mean_istd()
+    np.testing.assert_allclose(mean, x.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(istd, 1 / x.std(0), rtol=1e-4)
+
+
+def test_cmvn_kaldi_text(tmp_path):
+    (tmp_path / "cmvn.ark").write_text(" [\n 2.0 4.0 2\n 4.0 10.0 0 ]\n")
+    st = load_cmvn(tmp_path / "cmvn.ark")
+    mean, istd = st.mean_istd()
+    np.testing.assert_allclose(mean, [1.0, 2.0])
+    np.testing.assert_allclose(istd, [1 / np.sqrt(1.0), 1 / np.sqrt(1.0)])
