@@ -149,7 +149,9 @@ def _is_under(module: pytypes.ModuleType, folder: Path) -> bool:
         return False
 
 
-def import_model_module(path: Path, model_name: str, route: Optional[pb_utils._ModelRoute] = None) -> pytypes.ModuleType:
+def import_model_module(
+    path: Path, model_name: str, route: Optional[pb_utils._ModelRoute] = None
+) -> pytypes.ModuleType:
     """Import `path` as a new module object, never shared with another instance.
 
     The version folder and the model folder are on sys.path only while the file is imported (Triton
@@ -177,6 +179,9 @@ def import_model_module(path: Path, model_name: str, route: Optional[pb_utils._M
         sys.path[:0] = search_paths
         try:
             spec.loader.exec_module(module)
+        except Exception as exc:  # noqa: BLE001 - a broken model file fails its load, not the server
+            sys.modules.pop(unique_name, None)
+            raise internal(f"failed to import python model file '{path}': {type(exc).__name__}: {exc}") from exc
         except BaseException:
             sys.modules.pop(unique_name, None)
             raise
@@ -621,7 +626,9 @@ class PythonBackend(Backend):
         future.add_done_callback(lambda done: self._background_done(done, senders))
         return None
 
-    def _background_done(self, done: concurrent.futures.Future, senders: list[pb_utils.InferenceResponseSender]) -> None:
+    def _background_done(
+        self, done: concurrent.futures.Future, senders: list[pb_utils.InferenceResponseSender]
+    ) -> None:
         """A decoupled coroutine that failed closes the requests it left open, with its error."""
         if done.cancelled():
             exc: BaseException = RuntimeError("the model's execute coroutine was cancelled")

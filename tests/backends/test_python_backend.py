@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import sys
 import threading
 from pathlib import Path
 from typing import Iterator, Optional
@@ -96,7 +97,10 @@ def test_bundled_add_sub_computes_sum_and_difference(load_model) -> None:
     backend = load_model(BUNDLED_REPO / "add_sub")
     a, b = [1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 4.0, -1.0]
     results = backend.execute(
-        [request("add_sub", fp32("INPUT0", a), fp32("INPUT1", b), id="r1"), request("add_sub", fp32("INPUT0", b), fp32("INPUT1", a))]
+        [
+            request("add_sub", fp32("INPUT0", a), fp32("INPUT1", b), id="r1"),
+            request("add_sub", fp32("INPUT0", b), fp32("INPUT1", a)),
+        ]
     )
     first, second = results
     assert isinstance(first, InferResponse) and first.id == "r1" and first.final
@@ -325,6 +329,15 @@ def test_missing_model_file_fails_load_with_clear_error(tmp_path: Path) -> None:
         backend.load()
 
 
+def test_model_file_that_fails_to_import_fails_load(tmp_path: Path) -> None:
+    model_dir, config = write_model(tmp_path, "bad_import", "import a_module_that_does_not_exist\n")
+    with pytest.raises(ServerError, match="failed to import python model file .*ModuleNotFoundError"):
+        PythonBackend(make_context(model_dir, config=config)).load()
+    with pytest.raises(ServerError, match="failed to import python model file"):
+        PythonBackend.auto_complete_config(config, model_dir / "1")
+    assert not [name for name in sys.modules if name.startswith("_triton_python_model_bad_import")]
+
+
 def test_initialize_error_fails_load(tmp_path: Path) -> None:
     model_dir = tmp_path / "bad_init"
     (model_dir / "1").mkdir(parents=True)
@@ -461,6 +474,43 @@ def test_decoupled_execute_that_raises_fails_open_requests(tmp_path: Path) -> No
         backend.unload()
 
 
+ASYNC_DECOUPLED_MODEL = """
+import asyncio
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            start = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            await asyncio.sleep(0)
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([start], np.int32))]))
+            if start < 0:
+                raise RuntimeError("negative start")
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def test_async_decoupled_execute_runs_on_after_execute_returned(tmp_path: Path) -> None:
+    model_dir, config = write_model(tmp_path, "async_decoupled", ASYNC_DECOUPLED_MODEL, decoupled=True)
+    backend = PythonBackend(make_context(model_dir, config=config))
+    backend.load()
+    try:
+        ok, failing = Collector(), Collector()
+        assert backend.execute([request("async_decoupled", int_input(4))], [ok]) == [None]
+        assert backend.execute([request("async_decoupled", int_input(-1))], [failing]) == [None]
+        assert ok.done.wait(timeout=10) and failing.done.wait(timeout=10)
+        assert ok.values() == [4] and [final for _, final in ok.items] == [False, True]
+        (first, _), (error, final) = failing.items
+        assert first.output("OUT").data.tolist() == [-1]
+        assert isinstance(error, ServerError) and final
+        assert "RuntimeError: negative start" in error.message
+    finally:
+        backend.unload()
+
+
 # ---- BLS
 
 
@@ -480,7 +530,9 @@ class FakeServer:
         if req.model_name == "counter_stream":
             count = int(req.input("IN").data[0])
             parts = [
-                InferResponse("counter_stream", "1", outputs=[Tensor("OUT", "INT32", np.array([i], np.int32))], final=False)
+                InferResponse(
+                    "counter_stream", "1", outputs=[Tensor("OUT", "INT32", np.array([i], np.int32))], final=False
+                )
                 for i in range(count)
             ]
             return parts + [InferResponse("counter_stream", "1", final=True)]
@@ -515,7 +567,9 @@ def test_bls_exec_goes_through_infer_sync(load_model) -> None:
 
 def test_bls_routes_to_the_server_that_loaded_each_model(load_model) -> None:
     servers = [FakeServer(), FakeServer()]
-    backends = [load_model(FIXTURES / "bls_caller", infer_sync=s.infer_sync, instance_index=i) for i, s in enumerate(servers)]
+    backends = [
+        load_model(FIXTURES / "bls_caller", infer_sync=s.infer_sync, instance_index=i) for i, s in enumerate(servers)
+    ]
     inputs = (fp32("INPUT0", [1, 1, 1, 1]), fp32("INPUT1", [1, 1, 1, 1]))
     backends[0].execute([request("bls_caller", *inputs)])
     backends[0].execute([request("bls_caller", *inputs)])

@@ -87,7 +87,9 @@ def test_datatype_helpers() -> None:
 
 
 def test_triton_error_codes_and_message() -> None:
-    codes = ["UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED", "ALREADY_EXISTS", "CANCELLED"]
+    codes = [
+        "UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED", "ALREADY_EXISTS", "CANCELLED",
+    ]
     assert [getattr(pb_utils.TritonError, name) for name in codes] == list(range(8))
     error = pb_utils.TritonError("bad shape", pb_utils.TritonError.INVALID_ARG)
     assert error.message() == "bad shape" and error.code() == pb_utils.TritonError.INVALID_ARG
@@ -238,7 +240,8 @@ async def test_async_exec_uses_the_route() -> None:
 
 
 def base_config() -> dict:
-    return {"name": "m", "max_batch_size": 0, "input": [{"name": "A", "data_type": "TYPE_INVALID", "dims": []}], "output": []}
+    partial_input = {"name": "A", "data_type": "TYPE_INVALID", "dims": []}
+    return {"name": "m", "max_batch_size": 0, "input": [partial_input], "output": []}
 
 
 def test_model_config_completes_a_partial_input() -> None:
