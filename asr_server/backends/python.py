@@ -370,6 +370,8 @@ class PythonBackend(Backend):
 
     backend_names = ("python",)
     default_model_filename = DEFAULT_MODEL_FILENAME
+    # A python model gets a list of requests, never a concatenated tensor, so shapes may differ.
+    ragged_batching = True
 
     def __init__(self, context: ModelContext) -> None:
         super().__init__(context)

@@ -1,0 +1,68 @@
+"""Reading a Triton python model's `parameters` into the recogniser's settings.
+
+The model folders' config.pbtxt carry everything the python models need as string parameters (written by
+`scripts/build_model_repo.py`), so the models load without torch and without reading train.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from .features import FbankConfig
+from .pipeline import DecodingSettings
+from .streaming import WindowConfig
+from .units import SymbolTable, Tokenizer
+
+
+def parameters(args: Mapping[str, str]) -> dict[str, str]:
+    """{key: string_value} of the config's parameters, from Triton's initialize() args."""
+    config = json.loads(args["model_config"])
+    return {key: value.get("string_value", "") for key, value in config.get("parameters", {}).items()}
+
+
+def _path(model_repository: str, value: str) -> Path:
+    """Paths in parameters are relative to the model's folder (so the repository can move as a whole)."""
+    path = Path(value)
+    return path if path.is_absolute() else (Path(model_repository) / path).resolve()
+
+
+def tokenizer(args: Mapping[str, str], params: Mapping[str, str]) -> Tokenizer:
+    symbols = SymbolTable.load(_path(args["model_repository"], params["units"]))
+    bpe = params.get("bpe_model", "")
+    return Tokenizer(symbols, _path(args["model_repository"], bpe) if bpe else None)
+
+
+def _bool(value: Any) -> bool:
+    return str(value).lower() in ("1", "true", "yes")
+
+
+def decoding_settings(params: Mapping[str, str], symbols: SymbolTable) -> DecodingSettings:
+    return DecodingSettings(
+        beam_size=int(params.get("beam_size", 10)),
+        sos=symbols.sos_eos_id,
+        eos=symbols.sos_eos_id,
+        bidirectional=_bool(params.get("bidecoder", "1")),
+        rescoring=_bool(params.get("rescoring", "1")),
+        search_method=params.get("search", "prefix_beam"),
+        cutoff_prob=float(params.get("cutoff_prob", 1.0)),
+        idle_seconds=float(params.get("idle_seconds", 5.0)),
+    )
+
+
+def fbank_config(params: Mapping[str, str]) -> FbankConfig:
+    return FbankConfig(
+        sample_rate=int(params.get("sample_rate", 16000)),
+        num_mel_bins=int(params.get("num_mel_bins", 80)),
+        frame_length_ms=float(params.get("frame_length_ms", 25)),
+        frame_shift_ms=float(params.get("frame_shift_ms", 10)),
+    )
+
+
+def window_config(params: Mapping[str, str]) -> WindowConfig:
+    return WindowConfig(
+        chunk_size=int(params.get("chunk_size", 16)),
+        subsampling=int(params.get("subsampling_rate", 4)),
+        right_context=int(params.get("right_context", 6)),
+    )

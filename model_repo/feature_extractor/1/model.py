@@ -1,0 +1,42 @@
+"""Offline feature extractor: WAV (+ WAV_LENS) -> Kaldi fbank, padded to the longest utterance of the batch.
+
+Padding every request of a batch to the same length lets the encoder batch them (it only batches equal
+shapes). GPU feature extraction (kaldifeat) is not wired in yet; kaldi-native-fbank runs on the CPU.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+try:
+    import asr_server  # noqa: F401
+except ImportError:  # real Triton's python stub: make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from asr_server.asr import serving_config
+from asr_server.asr.features import fbank
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.config = serving_config.fbank_config(serving_config.parameters(args))
+
+    def execute(self, requests):
+        feats = []
+        for request in requests:
+            wav = pb_utils.get_input_tensor_by_name(request, "wav").as_numpy()  # (1, N) float in [-1, 1]
+            lens = pb_utils.get_input_tensor_by_name(request, "wav_lens").as_numpy().reshape(-1)
+            feats.append([fbank(wav[b, : int(lens[b])], self.config) for b in range(wav.shape[0])])
+        longest = max((f.shape[0] for batch in feats for f in batch), default=0)
+        responses = []
+        for batch in feats:
+            speech = np.zeros((len(batch), longest, self.config.num_mel_bins), dtype=np.float32)
+            for b, f in enumerate(batch):
+                speech[b, : f.shape[0]] = f
+            lengths = np.array([[f.shape[0]] for f in batch], dtype=np.int32)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("speech", speech), pb_utils.Tensor("speech_lengths", lengths),
+            ]))
+        return responses

@@ -1,0 +1,49 @@
+"""Offline scorer: CTC prefix beam search over the encoder's top-k, attention rescoring with `decoder` (BLS)."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+try:
+    import asr_server  # noqa: F401
+except ImportError:  # real Triton's python stub: make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from asr_server.asr import serving_config
+from asr_server.asr.pipeline import OfflineScorer
+
+DECODER = "decoder"
+
+
+def run_decoder(inputs, encoder_out, lengths):
+    """BLS call of decoder.onnx -> best_index (B,)."""
+    tensors = [pb_utils.Tensor("encoder_out", encoder_out.astype(np.float32)),
+               pb_utils.Tensor("encoder_out_lens", lengths.reshape(-1, 1).astype(np.int32))]
+    tensors += [pb_utils.Tensor(name, value) for name, value in inputs.feeds().items()]
+    response = pb_utils.InferenceRequest(
+        model_name=DECODER, requested_output_names=["best_index"], inputs=tensors).exec()
+    if response.has_error():
+        raise pb_utils.TritonModelException(response.error().message())
+    return pb_utils.get_output_tensor_by_name(response, "best_index").as_numpy().reshape(-1)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = serving_config.parameters(args)
+        tokenizer = serving_config.tokenizer(args, params)
+        self.scorer = OfflineScorer(tokenizer, serving_config.decoding_settings(params, tokenizer.symbols))
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            def get(name):
+                return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+
+            texts = self.scorer.decode(
+                get("encoder_out"), get("encoder_out_lens").reshape(-1),
+                get("batch_log_probs"), get("batch_log_probs_idx"), run_decoder)
+            out = np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]))
+        return responses

@@ -1,0 +1,106 @@
+"""Streaming scorer: per sequence, fbank frames -> decoding windows -> `streaming_encoder` (BLS, its caches
+held as implicit state by that model's sequence batcher) -> CTC prefix beam search carried across chunks ->
+the partial transcript; on END, attention rescoring with `decoder` and the final transcript.
+
+Windows of the sequences in one batch are sent to the encoder together (one BLS request per sequence, in
+parallel), so the encoder's sequence batcher runs them as one batch.
+"""
+
+import concurrent.futures
+import sys
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+try:
+    import asr_server  # noqa: F401
+except ImportError:  # real Triton's python stub: make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from asr_server.asr import serving_config
+from asr_server.asr.pipeline import EncoderResult, StreamChunk, StreamingScorer
+
+ENCODER = "streaming_encoder"
+DECODER = "decoder"
+ENCODER_OUTPUTS = ["log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens"]
+MAX_PARALLEL_BLS = 64  # concurrent encoder requests; the encoder's sequence batcher batches them
+
+
+def control(request, name):
+    return pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0]
+
+
+def encode_one(job):
+    flags = (pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if job.start else 0) | (
+        pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if job.end else 0)
+    request = pb_utils.InferenceRequest(
+        model_name=ENCODER, requested_output_names=ENCODER_OUTPUTS, correlation_id=job.key, flags=flags,
+        inputs=[pb_utils.Tensor("chunk_xs", job.window[None].astype(np.float32)),
+                pb_utils.Tensor("chunk_lens", np.array([[job.valid]], dtype=np.int32))])
+    response = request.exec()
+    if response.has_error():
+        raise pb_utils.TritonModelException(response.error().message())
+
+    def out(name):
+        return pb_utils.get_output_tensor_by_name(response, name).as_numpy()
+
+    return EncoderResult(out("log_probs")[0], out("log_probs_idx")[0], out("chunk_out")[0],
+                         int(out("chunk_out_lens").reshape(-1)[0]))
+
+
+def run_decoder(inputs, encoder_out, lengths):
+    tensors = [pb_utils.Tensor("encoder_out", encoder_out.astype(np.float32)),
+               pb_utils.Tensor("encoder_out_lens", lengths.reshape(-1, 1).astype(np.int32))]
+    tensors += [pb_utils.Tensor(name, value) for name, value in inputs.feeds().items()]
+    response = pb_utils.InferenceRequest(
+        model_name=DECODER, requested_output_names=["best_index"], inputs=tensors).exec()
+    if response.has_error():
+        raise pb_utils.TritonModelException(response.error().message())
+    return pb_utils.get_output_tensor_by_name(response, "best_index").as_numpy().reshape(-1)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = serving_config.parameters(args)
+        tokenizer = serving_config.tokenizer(args, params)
+        self.scorer = StreamingScorer(
+            tokenizer, serving_config.decoding_settings(params, tokenizer.symbols),
+            serving_config.window_config(params), int(params.get("num_mel_bins", 80)),
+            int(params["encoder_output_size"]))
+        self.pool = concurrent.futures.ThreadPoolExecutor(MAX_PARALLEL_BLS, thread_name_prefix="wenet-bls")
+
+    def run_encoder(self, jobs):
+        return list(self.pool.map(encode_one, jobs))
+
+    def execute(self, requests):
+        chunks, slots, responses = [], [], [None] * len(requests)
+        for i, request in enumerate(requests):
+            key = int(control(request, "CORRID"))
+            if request.is_cancelled():
+                self.scorer.drop(key)
+                responses[i] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED))
+                continue
+            speech = pb_utils.get_input_tensor_by_name(request, "speech").as_numpy()
+            n = int(pb_utils.get_input_tensor_by_name(request, "speech_lengths").as_numpy().reshape(-1)[0])
+            chunks.append(StreamChunk(key, speech[0, :n], bool(control(request, "START")),
+                                      bool(control(request, "END"))))
+            slots.append(i)
+        if chunks:
+            try:
+                texts = self.scorer.step(chunks, self.run_encoder, run_decoder)
+            except pb_utils.TritonModelException as exc:
+                for chunk in chunks:
+                    self.scorer.drop(chunk.key)
+                error = pb_utils.TritonError(exc.message())
+                for i in slots:
+                    responses[i] = pb_utils.InferenceResponse(error=error)
+                return responses
+            for i, text in zip(slots, texts):
+                out = np.array([[text.encode("utf-8")]], dtype=np.object_)
+                responses[i] = pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)])
+        return responses
+
+    def finalize(self):
+        self.pool.shutdown(wait=False)

@@ -1,0 +1,118 @@
+"""Windowing and the streaming scorer's bookkeeping, with a fake encoder (no model, no server)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asr_server.asr.pipeline import DecodingSettings, EncoderResult, StreamChunk, StreamingScorer
+from asr_server.asr.streaming import FrameWindower, WindowConfig
+from asr_server.asr.units import SymbolTable, Tokenizer
+
+WINDOW = WindowConfig(chunk_size=4, subsampling=4, right_context=6)  # window 19 frames, stride 16
+DIM = 3
+VOCAB = ["<blank>", "<unk>", "a", "b", "c", "▁", "<sos/eos>"]
+
+
+def test_window_geometry_matches_wenet():
+    wenet = WindowConfig()
+    assert (wenet.window, wenet.stride) == (67, 64)
+
+
+@pytest.mark.parametrize("chunking", [[1000], [1] * 100, [7, 30, 2, 61], [19, 16, 16, 16]])
+def test_windows_do_not_depend_on_how_frames_arrive(chunking):
+    rng = np.random.default_rng(0)
+    frames = rng.normal(size=(sum(chunking), DIM)).astype(np.float32)
+    windower = FrameWindower(WINDOW, DIM)
+    got, pos = [], 0
+    for size in chunking:
+        got += windower.push(frames[pos:pos + size])
+        pos += size
+    total = frames.shape[0]
+    starts = range(0, total - WINDOW.window + 1, WINDOW.stride)
+    assert len(got) == len(starts)
+    for window, start in zip(got, starts):
+        np.testing.assert_array_equal(window, frames[start:start + WINDOW.window])
+    last = windower.finish()
+    left = total - len(starts) * WINDOW.stride
+    if left >= WINDOW.min_last_frames:
+        padded, valid = last
+        assert valid == left
+        np.testing.assert_array_equal(padded[:valid], frames[total - left:])
+        assert not padded[valid:].any()
+    else:
+        assert last is None
+
+
+class FakeEncoder:
+    """Emits, for every window, one encoder frame per chunk whose top token is the window's mean sign."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def __call__(self, jobs):
+        self.jobs.append([(j.key, j.start, j.end, j.valid) for j in jobs])
+        results = []
+        for job in jobs:
+            token = 2 + int(job.window[: max(job.valid, 1)].mean() > 0)  # "a" or "b"
+            t = WINDOW.chunk_size
+            log_probs = np.full((t, 2), -5.0, np.float32)
+            ids = np.zeros((t, 2), np.int64)
+            log_probs[0], ids[0] = (-0.01, -5.0), (token, 0)  # first frame: the token, then blanks
+            log_probs[1:, 0], ids[1:, 0] = -0.01, 0
+            valid = min(t, (job.valid - 1) // WINDOW.subsampling) if job.valid else 0
+            results.append(EncoderResult(log_probs, ids, np.ones((t, 8), np.float32), valid))
+        return results
+
+
+def run_stream(scorer, key, frames, chunking, encoder):
+    texts, pos = [], 0
+    for index, size in enumerate(chunking):
+        last = index == len(chunking) - 1
+        chunk = StreamChunk(key, frames[pos:pos + size], start=index == 0, end=last)
+        texts += scorer.step([chunk], encoder)
+        pos += size
+    return texts
+
+
+def make_scorer():
+    tokenizer = Tokenizer(SymbolTable(VOCAB))
+    settings = DecodingSettings(beam_size=2, sos=6, eos=6, rescoring=False)
+    return StreamingScorer(tokenizer, settings, WINDOW, DIM, encoder_dim=8)
+
+
+def test_streaming_transcript_is_independent_of_chunking_and_state_is_freed():
+    rng = np.random.default_rng(1)
+    frames = rng.normal(size=(150, DIM)).astype(np.float32)
+    frames[:40] += 3  # windows over the start read as "a", later ones mostly "b"
+    finals = set()
+    for chunking in ([150], [10] * 15, [50, 3, 97]):
+        scorer, encoder = make_scorer(), FakeEncoder()
+        texts = run_stream(scorer, 7, frames, chunking, encoder)
+        finals.add(texts[-1])
+        flat = [job for round_jobs in encoder.jobs for job in round_jobs]
+        assert flat[0][1] is True and sum(j[1] for j in flat) == 1  # START on the first window only
+        assert flat[-1][2] is True and sum(j[2] for j in flat) == 1  # END on the last one only
+        assert scorer.streams == {}
+    assert len(finals) == 1 and finals.pop() != ""
+
+
+def test_sequences_in_one_batch_share_encoder_rounds():
+    scorer, encoder = make_scorer(), FakeEncoder()
+    frames = np.ones((40, DIM), np.float32)
+    chunks = [StreamChunk(1, frames, True, False), StreamChunk(2, frames[:20], True, False)]
+    scorer.step(chunks, encoder)
+    # Sequence 1 has two windows, sequence 2 one: round 0 holds both, round 1 only sequence 1.
+    assert [[key for key, *_ in round_jobs] for round_jobs in encoder.jobs] == [[1, 2], [1]]
+    assert set(scorer.streams) == {1, 2}
+    scorer.step([StreamChunk(2, frames[:0], False, True)], encoder)
+    assert set(scorer.streams) == {1}
+
+
+def test_idle_streams_are_dropped(monkeypatch):
+    scorer, encoder = make_scorer(), FakeEncoder()
+    scorer.step([StreamChunk(1, np.ones((5, DIM), np.float32), True, False)], encoder)
+    assert 1 in scorer.streams
+    scorer.streams[1].last_seen -= scorer.settings.idle_seconds + 1
+    scorer.step([StreamChunk(2, np.ones((5, DIM), np.float32), True, False)], encoder)
+    assert set(scorer.streams) == {2}
