@@ -1,0 +1,143 @@
+"""Transcribe many utterances with N in flight, offline (ModelInfer) or streaming (ModelStreamInfer).
+
+A file that cannot be read, or that the server refuses, yields a result with `error` set and the rest go on.
+Results come back in input order; `on_result` sees each one as it completes (progress bars, logs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+import tritonclient.grpc.aio as grpcclient
+
+from client import offline
+from client.audio import AudioError, load_audio
+from client.inputs import Utterance
+from client.streaming import DEFAULT_STREAMING_MODEL, DEFAULT_URL, StreamingClient, StreamingError, StreamOptions
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    streaming: bool = False  # stream each utterance in chunks instead of one offline request
+    model: Optional[str] = None  # default: attention_rescoring offline, streaming_wenet streaming
+    concurrency: int = 4  # utterances in flight at once
+    stream: StreamOptions = StreamOptions()  # chunking and pacing when streaming (its model is ignored)
+    timeout_s: Optional[float] = None  # per utterance: request or whole stream
+
+    def __post_init__(self):
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+
+    @property
+    def model_name(self) -> str:
+        if self.model:
+            return self.model
+        return DEFAULT_STREAMING_MODEL if self.streaming else offline.DEFAULT_OFFLINE_MODEL
+
+
+@dataclass(frozen=True)
+class UtteranceResult:
+    key: str
+    path: str
+    reference: Optional[str]  # known transcript, if any
+    hypothesis: Optional[str]  # recognised text; None when the utterance failed
+    duration_s: float  # audio seconds after resampling; 0 when unreadable
+    elapsed_s: float  # wall time of the request (offline) or the whole stream (streaming)
+    chunk_latencies_s: tuple[float, ...] = ()  # streaming: per chunk; offline: the one request's
+    partials: int = 0  # responses received (chunks when streaming, 1 offline)
+    error: Optional[str] = None  # why the utterance failed: unreadable audio or the server's message
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    results: tuple[UtteranceResult, ...]  # in input order
+    wall_s: float  # from the first request to the last result
+    model: str
+    streaming: bool
+
+
+ResultCallback = Callable[[UtteranceResult], None]
+
+
+async def transcribe_files(
+    utterances: Sequence[Union[Utterance, str, Path]],
+    url: str = DEFAULT_URL,
+    options: TranscribeOptions = TranscribeOptions(),
+    on_result: Optional[ResultCallback] = None,
+    grpc_client: Optional[grpcclient.InferenceServerClient] = None,
+) -> BatchResult:
+    """Transcribe `utterances` (or plain paths) against the server at `url` (or an open `grpc_client`)."""
+    items = [u if isinstance(u, Utterance) else Utterance(key=Path(u).stem, path=Path(u)) for u in utterances]
+    owns_client = grpc_client is None
+    grpc_client = grpc_client or grpcclient.InferenceServerClient(url)
+    stream_options = StreamOptions(
+        model=options.model_name,
+        chunk_ms=options.stream.chunk_ms,
+        wenet_chunks=options.stream.wenet_chunks,
+        realtime=options.stream.realtime,
+        stream_timeout_s=options.timeout_s,
+    )
+    streamer = StreamingClient(options=stream_options, grpc_client=grpc_client)
+    results: list[Optional[UtteranceResult]] = [None] * len(items)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for index in range(len(items)):
+        queue.put_nowait(index)
+
+    async def worker() -> None:
+        while not queue.empty():
+            index = queue.get_nowait()
+            result = await _transcribe_one(items[index], options, grpc_client, streamer)
+            results[index] = result
+            if on_result is not None:
+                on_result(result)
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        await asyncio.gather(*(worker() for _ in range(min(options.concurrency, max(1, len(items))))))
+    finally:
+        if owns_client:
+            await grpc_client.close()
+    return BatchResult(
+        results=tuple(r for r in results if r is not None),
+        wall_s=loop.time() - started,
+        model=options.model_name,
+        streaming=options.streaming,
+    )
+
+
+async def _transcribe_one(
+    utterance: Utterance,
+    options: TranscribeOptions,
+    grpc_client: grpcclient.InferenceServerClient,
+    streamer: StreamingClient,
+) -> UtteranceResult:
+    base = dict(key=utterance.key, path=str(utterance.path), reference=utterance.reference)
+    try:
+        # Decoding and resampling are CPU work: keep them off the loop that drives the other streams.
+        audio = await asyncio.to_thread(load_audio, utterance.path)
+    except AudioError as error:
+        return UtteranceResult(**base, hypothesis=None, duration_s=0.0, elapsed_s=0.0, error=str(error))
+    try:
+        if options.streaming:
+            streamed = await streamer.transcribe(audio.samples)
+            return UtteranceResult(
+                **base, hypothesis=streamed.text, duration_s=audio.duration_s, elapsed_s=streamed.elapsed_s,
+                chunk_latencies_s=streamed.chunk_latencies_s, partials=len(streamed.partials),
+            )
+        answer = await offline.recognize(
+            grpc_client, audio.samples, options.model_name, request_id=utterance.key, timeout_s=options.timeout_s
+        )
+        return UtteranceResult(
+            **base, hypothesis=answer.text, duration_s=audio.duration_s, elapsed_s=answer.latency_s,
+            chunk_latencies_s=(answer.latency_s,), partials=1,
+        )
+    except (StreamingError, offline.OfflineError) as error:
+        return UtteranceResult(**base, hypothesis=None, duration_s=audio.duration_s, elapsed_s=0.0, error=str(error))

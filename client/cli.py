@@ -1,0 +1,222 @@
+"""`asr-client`: stream one utterance, or batch-transcribe files, against a Triton(-compatible) gRPC server.
+
+    asr-client stream FILE.wav|- [--url 127.0.0.1:8001] [--model streaming_wenet] [--chunk-ms 640] [--realtime]
+    asr-client stream --microphone [--duration 10]
+    asr-client transcribe INPUT... [--concurrency N] [--streaming] [--output results.jsonl]
+    asr-client transcribe --wavscp wav.scp --trans text --model_name attention_rescoring   (WeNet's flags)
+
+Machine-readable output goes to stdout (or --output); partials, progress, skipped files and the summary go to
+stderr, so a progress bar never mixes into results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Optional, Sequence, TextIO
+
+import tritonclient.grpc.aio as grpcclient
+from tqdm import tqdm
+
+from client import report
+from client.audio import SAMPLE_RATE, AudioError, load_audio, read_pcm16_blocks
+from client.batch import TranscribeOptions, UtteranceResult, transcribe_files
+from client.inputs import InputError, collect_utterances
+from client.microphone import MicrophoneUnavailable, microphone_blocks
+from client.offline import DEFAULT_OFFLINE_MODEL
+from client.streaming import (
+    DEFAULT_CHUNK_MS,
+    DEFAULT_STREAMING_MODEL,
+    DEFAULT_URL,
+    Partial,
+    StreamingClient,
+    StreamingError,
+    StreamOptions,
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="asr-client", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub: argparse.ArgumentParser, default_model: str) -> None:
+        sub.add_argument("-u", "--url", default=DEFAULT_URL, help=f"gRPC host:port (default {DEFAULT_URL})")
+        sub.add_argument("-m", "--model", "--model_name", dest="model", default=None,
+                         help=f"model to call (default {default_model})")
+        sub.add_argument("--chunk-ms", type=float, default=DEFAULT_CHUNK_MS,
+                         help="audio per streaming request, ms (default 640; the server buffers any length)")
+        sub.add_argument("--wenet-chunks", action="store_true",
+                         help="stream WeNet's zero-padded chunks: 11040 samples, then 10240")
+        sub.add_argument("--realtime", action="store_true", help="pace streamed chunks at the speed of speech")
+
+    stream = commands.add_parser("stream", help="stream one utterance and print partial and final transcripts")
+    stream.add_argument("audio", nargs="?", help="audio file, or - for raw s16le mono PCM on stdin")
+    common(stream, DEFAULT_STREAMING_MODEL)
+    stream.add_argument("--pcm-rate", type=int, default=SAMPLE_RATE, help="sample rate of stdin PCM (default 16000)")
+    stream.add_argument("--microphone", action="store_true", help="stream the default input device (Ctrl-C ends)")
+    stream.add_argument("--duration", type=float, default=None, help="with --microphone: stop after this many s")
+    stream.add_argument("--sequence-id", type=int, default=None, help="sequence id (default: random)")
+    stream.add_argument("--json", action="store_true", help="print the result as JSON (partials and latencies)")
+
+    batch = commands.add_parser("transcribe", help="transcribe files, folders, wav.scp lists or JSONL manifests")
+    batch.add_argument("inputs", nargs="*", help="audio files, folders, wav.scp, *.jsonl manifests")
+    common(batch, f"{DEFAULT_OFFLINE_MODEL}, or {DEFAULT_STREAMING_MODEL} with --streaming")
+    batch.add_argument("--wavscp", action="append", default=[], help="Kaldi/WeNet wav.scp (key path per line)")
+    batch.add_argument("--trans", default=None, help="references: key transcript per line (Kaldi text)")
+    batch.add_argument("--data_dir", "--data-dir", dest="data_dir", default=None,
+                       help="folder that relative paths in lists are under (default: the list's folder)")
+    batch.add_argument("-c", "--concurrency", type=int, default=4, help="utterances in flight (default 4)")
+    batch.add_argument("--streaming", action="store_true", help="stream each utterance in chunks")
+    batch.add_argument("-o", "--output", default=None, help="write per-utterance JSONL here (default stdout)")
+    batch.add_argument("--summary-json", default=None, help="also write the summary as JSON here")
+    batch.add_argument("--no-progress", action="store_true", help="no progress bar")
+    batch.add_argument("--no-server-stats", action="store_true", help="skip ModelStatistics before/after")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "stream":
+            return asyncio.run(_stream_command(parser, args))
+        return asyncio.run(_transcribe_command(parser, args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+# --------------------------------------------------------------------------------------------------
+# stream
+
+
+class PartialPrinter:
+    """Shows partials on stderr as they change: rewriting one line on a terminal, one line each otherwise."""
+
+    def __init__(self, out: TextIO):
+        self._out = out
+        self._tty = out.isatty()
+        self._last = None
+
+    def __call__(self, partial: Partial) -> None:
+        if partial.text == self._last:
+            return
+        self._last = partial.text
+        if self._tty:
+            self._out.write(f"\r\033[K{partial.text}")
+        else:
+            self._out.write(f"partial {partial.audio_end_s:7.2f}s: {partial.text}\n")
+        self._out.flush()
+
+    def finish(self) -> None:
+        if self._tty and self._last is not None:
+            self._out.write("\r\033[K")
+            self._out.flush()
+
+
+async def _stream_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.microphone == (args.audio is not None):
+        parser.error("stream needs exactly one of FILE, - (stdin PCM) or --microphone")
+    options = StreamOptions(
+        model=args.model or DEFAULT_STREAMING_MODEL, chunk_ms=args.chunk_ms,
+        wenet_chunks=args.wenet_chunks, realtime=args.realtime,
+    )
+    stop = asyncio.Event()
+    try:
+        if args.microphone:
+            source = microphone_blocks(args.chunk_ms, stop, args.duration)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+        elif args.audio == "-":
+            source = read_pcm16_blocks(sys.stdin.buffer, options.plan.next_samples, args.pcm_rate)
+        else:
+            source = (await asyncio.to_thread(load_audio, args.audio)).samples
+        printer = PartialPrinter(sys.stderr)
+        async with StreamingClient(args.url, options) as client:
+            result = await client.transcribe(source, sequence_id=args.sequence_id, on_partial=printer)
+        printer.finish()
+    except (AudioError, MicrophoneUnavailable, StreamingError) as error:
+        print(f"asr-client: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        if args.microphone:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+    if args.json:
+        print(json.dumps(dict(
+            text=result.text, sequence_id=result.sequence_id, audio_s=round(result.audio_s, 3),
+            elapsed_s=round(result.elapsed_s, 4),
+            partials=[dict(text=p.text, audio_end_s=round(p.audio_end_s, 3), latency_ms=round(p.latency_s * 1e3, 2))
+                      for p in result.partials],
+        ), ensure_ascii=False))
+    else:
+        print(result.text)
+    latency = report.percentiles_ms(result.chunk_latencies_s)
+    print(f"{len(result.partials)} chunks, {result.audio_s:.2f} s audio in {result.elapsed_s:.2f} s; latency ms "
+          + ", ".join(f"{k} {v:.1f}" for k, v in latency.items()), file=sys.stderr)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------------
+# transcribe
+
+
+async def _transcribe_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if not args.inputs and not args.wavscp:
+        parser.error("transcribe needs INPUT... or --wavscp")
+    try:
+        utterances = collect_utterances([*args.inputs, *args.wavscp], args.trans, args.data_dir)
+        options = TranscribeOptions(
+            streaming=args.streaming, model=args.model, concurrency=args.concurrency,
+            stream=StreamOptions(chunk_ms=args.chunk_ms, wenet_chunks=args.wenet_chunks, realtime=args.realtime),
+        )
+    except (InputError, OSError, ValueError) as error:
+        print(f"asr-client: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if not utterances:
+        print("asr-client: no audio found in the inputs", file=sys.stderr)
+        return EXIT_USAGE
+
+    output = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    progress = tqdm(total=len(utterances), unit="utt", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
+
+    def on_result(result: UtteranceResult) -> None:
+        output.write(json.dumps(report.result_record(result), ensure_ascii=False) + "\n")
+        output.flush()
+        if result.error is not None:
+            # tqdm.write keeps the bar intact below the message.
+            tqdm.write(f"skipped {result.key}: {result.error}", file=sys.stderr)
+        progress.update(1)
+
+    async with grpcclient.InferenceServerClient(args.url) as grpc_client:
+        before = await _statistics(grpc_client, args.no_server_stats)
+        try:
+            batch = await transcribe_files(utterances, options=options, on_result=on_result, grpc_client=grpc_client)
+        finally:
+            progress.close()
+            if output is not sys.stdout:
+                output.close()
+        after = await _statistics(grpc_client, args.no_server_stats)
+    summary = report.summarize(batch, report.statistics_delta(before, after) if before and after else ())
+    print(report.format_summary(summary), file=sys.stderr)
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(summary.as_dict(), indent=2, ensure_ascii=False) + "\n")
+    return EXIT_OK if summary.failed == 0 else EXIT_FAILED
+
+
+async def _statistics(grpc_client: grpcclient.InferenceServerClient, skip: bool) -> dict:
+    if skip:
+        return {}
+    try:
+        return await report.statistics_snapshot(grpc_client)
+    except Exception as error:  # statistics are a bonus: a server without them must not fail the run
+        print(f"asr-client: no server statistics: {error}", file=sys.stderr)
+        return {}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
