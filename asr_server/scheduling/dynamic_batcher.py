@@ -1,128 +1,486 @@
 """Triton's dynamic batcher: gathers requests into batches up to max_batch_size.
 
-A batch is sent when it reaches max_batch_size, when it reaches a preferred size, or when its oldest
-request has waited max_queue_delay_microseconds. Requests batch together only when their non-batch shapes
-agree (unless the backend takes ragged batches); others wait for the next batch, oldest first.
-Timing uses the loop's monotonic clock and waits on an event, never on polling sleeps.
+A batch is the oldest queued request plus the compatible requests behind it, in queue order. It is sent
+when it reaches max_batch_size (or the next compatible request would not fit), when a prefix of it reaches a
+preferred size (the largest such prefix is sent), or when its oldest request has waited
+max_queue_delay_microseconds. Batches are only formed when an instance is idle: while every instance is
+busy the queue keeps growing, which is what makes batching pay off under load.
+
+Priorities: `priority_levels` queues, level 1 first. The batch walk goes through level 1, then level 2, ...,
+so lower levels may fill a batch that a higher level started. Within a level, requests whose DELAY timeout
+expired go behind the ones still in time. Queue policies (per level: `priority_queue_policy`, else
+`default_queue_policy`): REJECT fails a request that waited past its timeout with UNAVAILABLE "Request timeout
+expired"; `max_queue_size` bounds each level's queue.
+
+Shapes: requests whose non-batch shapes differ are batched together only when the backend declares
+`ragged_batching`. Otherwise we refuse to pad: such a request waits for a batch of its own shape (it is not
+padded to its neighbours' shape, which would change what a model that is not length-aware computes).
+
+preserve_ordering: responses leave in arrival order even when batches finish out of order on several
+instances. Only results of executed batches are ordered; a request that fails in the queue (timeout,
+cancellation, unload) gets its error at once and stops holding back the ones behind it.
+
+No task polls: the queue is examined when a request arrives, when a batch finishes and when a timer set for
+the next deadline (batch delay or queue timeout) fires. Deadlines use `clock` (the loop's monotonic clock
+unless a test injects one; after moving an injected clock a test calls `poke()`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-from typing import Optional
+import dataclasses
+import math
+import time
+from typing import Callable, Iterator, Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.errors import ErrorCode, ServerError
+from asr_server.errors import ErrorCode, ServerError, invalid_argument
 from asr_server.scheduling.base import Scheduler
 from asr_server.scheduling.instances import InstancePool
-from asr_server.scheduling.pending import Pending
+from asr_server.scheduling.pending import Delivery, Pending, ResponseChannel
+
+Clock = Callable[[], float]  # seconds, monotonic
+
+TIMEOUT_MESSAGE = "Request timeout expired"
+QUEUE_FULL_MESSAGE = "Exceeds maximum queue size"
+
+
+@dataclasses.dataclass(frozen=True)
+class QueuePolicy:
+    """One priority level's ModelQueuePolicy."""
+
+    reject: bool  # timeout_action REJECT (True) or DELAY (False)
+    timeout_s: float  # default_timeout_microseconds in seconds; 0: requests never time out
+    allow_override: bool  # a request's own timeout_us may shorten the default (never lengthen it)
+    max_queue_size: int  # requests this level may hold; 0: unbounded
+
+    def timeout_for(self, request_timeout_us: int) -> float:
+        """Seconds the request may wait in the queue (0: forever)."""
+        timeout = self.timeout_s
+        if self.allow_override and request_timeout_us > 0:
+            own = request_timeout_us / 1e6
+            if timeout == 0 or own < timeout:
+                timeout = own
+        return timeout
+
+
+@dataclasses.dataclass(frozen=True)
+class BatcherOptions:
+    """What the batcher takes from `config.dynamic_batching`, checked in `batcher_options`."""
+
+    model: str  # model name, for error messages
+    max_batch_size: int  # the model's max_batch_size (>= 1)
+    preferred: frozenset[int]  # preferred_batch_size values <= max_batch_size
+    max_delay_s: float  # max_queue_delay_microseconds in seconds
+    preserve_ordering: bool  # deliver responses in arrival order
+    priority_levels: int  # as configured; 0: priorities are ignored
+    default_level: int  # 1-based level of requests with priority 0
+    policies: tuple[QueuePolicy, ...]  # one per level, index 0 = level 1
+    ragged: bool  # the backend takes requests of different non-batch shapes in one batch
+
+
+def _policy(policy: mc.ModelQueuePolicy) -> QueuePolicy:
+    return QueuePolicy(
+        reject=policy.timeout_action == mc.ModelQueuePolicy.REJECT,
+        timeout_s=policy.default_timeout_microseconds / 1e6,
+        allow_override=policy.allow_timeout_override,
+        max_queue_size=max(0, int(policy.max_queue_size)),
+    )
+
+
+def batcher_options(config: mc.ModelConfig, ragged: bool = False) -> BatcherOptions:
+    """Options from a (validated) config; repeats the checks the batcher relies on."""
+    batching = config.dynamic_batching
+    max_batch_size = max(1, config.max_batch_size)
+    levels = int(batching.priority_levels)
+    default_level = int(batching.default_priority_level) if levels else 1
+    if levels and not 1 <= default_level <= levels:
+        raise invalid_argument(f"default priority level must be in range [1, {levels}] for {config.name}")
+    default_policy = _policy(batching.default_queue_policy)
+    policies = tuple(
+        _policy(batching.priority_queue_policy[level]) if level in batching.priority_queue_policy else default_policy
+        for level in range(1, max(1, levels) + 1)
+    )
+    return BatcherOptions(
+        model=config.name,
+        max_batch_size=max_batch_size,
+        preferred=frozenset(s for s in batching.preferred_batch_size if 0 < s <= max_batch_size),
+        max_delay_s=batching.max_queue_delay_microseconds / 1e6,
+        preserve_ordering=batching.preserve_ordering,
+        priority_levels=levels,
+        default_level=default_level,
+        policies=policies,
+        ragged=ragged,
+    )
 
 
 def _shape_key(pending: Pending) -> tuple:
     return tuple((t.name, t.datatype, t.data.shape[1:]) for t in pending.request.inputs)
 
 
-class DynamicBatcher(Scheduler):
-    def __init__(self, pool: InstancePool, config: mc.ModelConfig, ragged: bool = False) -> None:
-        super().__init__(pool)
-        batching = config.dynamic_batching
-        self.max_batch_size = max(1, config.max_batch_size)
-        self.preferred = sorted(s for s in batching.preferred_batch_size if s <= self.max_batch_size)
-        self.max_delay_s = batching.max_queue_delay_microseconds / 1e6
-        self.max_queue_size = batching.default_queue_policy.max_queue_size  # 0: unbounded
-        self.ragged = ragged
-        self._queue: collections.deque[Pending] = collections.deque()
-        self._arrived = asyncio.Event()
-        self._loop_task: Optional[asyncio.Task] = None
+@dataclasses.dataclass(eq=False)
+class _Entry:
+    """A queued request and what the batcher needs to know about it."""
+
+    pending: Pending
+    level: int  # 0-based priority level
+    arrival: float  # clock time of submission
+    expires: float  # clock time its queue timeout runs out (inf: never)
+    key: Optional[tuple]  # non-batch shapes (None when the backend batches ragged requests)
+    seq: int = -1  # arrival number, for preserve_ordering
+    delayed: bool = False  # DELAY timeout expired: behind the requests still in time
 
     @property
-    def queued(self) -> int:
-        return len(self._queue)
+    def size(self) -> int:
+        return self.pending.batch_size
 
-    def _submit(self, pending: Pending) -> None:
-        if self.max_queue_size and len(self._queue) >= self.max_queue_size:
-            pending.fail(ServerError("Exceeds maximum queue size", ErrorCode.UNAVAILABLE))
-            return
-        pending.deadline = asyncio.get_running_loop().time() + self.max_delay_s
-        self._queue.append(pending)
-        self._arrived.set()
-        if self._loop_task is None:
-            self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())
 
-    async def _batch_loop(self) -> None:
-        while True:
-            while not self._queue:
-                self._arrived.clear()
-                await self._arrived.wait()
-            instance = await self.pool.acquire()
-            batch = await self._next_batch()
-            if not batch:
-                self.pool.release(instance)
-                continue
-            self._spawn(self.pool.run(batch, instance))
+class _Level:
+    """One priority level's queue: requests in time, then the DELAY-expired ones."""
 
-    def _candidates(self) -> tuple[list[Pending], int]:
-        """The batch that would be sent now: oldest request plus compatible followers, in order."""
-        first = self._queue[0]
-        key = None if self.ragged else _shape_key(first)
-        chosen, size = [], 0
-        for pending in self._queue:
-            if key is not None and _shape_key(pending) != key:
-                continue
-            if size + pending.batch_size > self.max_batch_size:
-                break
-            chosen.append(pending)
-            size += pending.batch_size
-        return chosen, size
+    def __init__(self, policy: QueuePolicy) -> None:
+        self.policy = policy
+        self.waiting: list[_Entry] = []
+        self.delayed: list[_Entry] = []
 
-    async def _next_batch(self) -> list[Pending]:
-        loop = asyncio.get_running_loop()
-        while True:
-            self._discard_cancelled()
-            if not self._queue:
-                return []
-            chosen, size = self._candidates()
-            deadline = self._queue[0].deadline or 0.0
-            full = size >= self.max_batch_size or len(chosen) < self._compatible_count()
-            if full or size in self.preferred or loop.time() >= deadline:
-                for pending in chosen:
-                    self._queue.remove(pending)
-                return chosen
-            self._arrived.clear()
+    def __len__(self) -> int:
+        return len(self.waiting) + len(self.delayed)
+
+    def __iter__(self) -> Iterator[_Entry]:
+        yield from self.waiting
+        yield from self.delayed
+
+
+class _OrderedChannel:
+    """Stands in for a request's channel under preserve_ordering: deliveries go through the reorder
+    buffer. Keeps ResponseChannel's contract (thread-safe `deliver`, one final delivery, extras counted
+    in the real channel's `dropped`)."""
+
+    def __init__(self, target: ResponseChannel, order: "_ReorderBuffer", seq: int,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.target = target
+        self._order = order
+        self._seq = seq
+        self._loop = loop
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def dropped(self) -> int:
+        return self.target.dropped
+
+    def _accept(self, final: bool) -> bool:
+        if self._closed:
+            self.target.dropped += 1
+            return False
+        if final:
+            self._closed = True
+        return True
+
+    def deliver(self, item: Delivery, final: bool) -> None:
+        if self._accept(final):
             try:
-                await asyncio.wait_for(self._arrived.wait(), timeout=max(0.0, deadline - loop.time()))
-            except asyncio.TimeoutError:
+                self._loop.call_soon_threadsafe(self._order.arrive, self._seq, item, final)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
 
-    def _compatible_count(self) -> int:
-        """How many queued requests share the oldest one's shapes (more than fit means the batch is full)."""
-        if self.ragged:
-            return len(self._queue)
-        key = _shape_key(self._queue[0])
-        return sum(1 for p in self._queue if _shape_key(p) == key)
+    def deliver_on_loop(self, item: Delivery, final: bool) -> None:
+        if self._accept(final):
+            self._order.arrive(self._seq, item, final)
 
-    def _discard_cancelled(self) -> None:
-        for pending in [p for p in self._queue if p.request.cancelled()]:
-            self._queue.remove(pending)
-            pending.fail(ServerError("request cancelled", ErrorCode.CANCELLED))
 
-    def _fail_queued(self, error: ServerError) -> None:
-        while self._queue:
-            self._queue.popleft().fail(error)
-        if self._loop_task is not None:
-            self._loop_task.cancel()
+@dataclasses.dataclass(eq=False)
+class _Slot:
+    target: ResponseChannel
+    held: list[tuple[Delivery, bool]] = dataclasses.field(default_factory=list)
+    done: bool = False  # its final delivery arrived (or it left the ordering)
 
+
+class _ReorderBuffer:
+    """Releases each request's deliveries once every earlier request has had its final one. The request
+    at the head streams straight through (decoupled models); later ones are held."""
+
+    def __init__(self) -> None:
+        self._next = 0  # the oldest request not yet finished
+        self._slots: dict[int, _Slot] = {}
+
+    def register(self, seq: int, target: ResponseChannel) -> None:
+        self._slots[seq] = _Slot(target)
+
+    def arrive(self, seq: int, item: Delivery, final: bool) -> None:
+        slot = self._slots[seq]
+        slot.held.append((item, final))
+        slot.done = slot.done or final
+        if seq == self._next:
+            self._advance()
+
+    def leave(self, seq: int) -> None:
+        """The request was answered outside the ordering; stop waiting for it."""
+        slot = self._slots.get(seq)
+        if slot is not None:
+            slot.done = True
+            slot.held.clear()
+            if seq == self._next:
+                self._advance()
+
+    def _advance(self) -> None:
+        while self._next in self._slots:
+            slot = self._slots[self._next]
+            for item, final in slot.held:
+                slot.target.deliver_on_loop(item, final)
+            slot.held.clear()
+            if not slot.done:
+                return
+            del self._slots[self._next]
+            self._next += 1
+
+    @property
+    def waiting(self) -> int:
+        return len(self._slots)
+
+
+class DynamicBatcher(Scheduler):
+    def __init__(self, pool: InstancePool, config: mc.ModelConfig, ragged: bool = False,
+                 clock: Optional[Clock] = None) -> None:
+        super().__init__(pool)
+        self.options = batcher_options(config, ragged)
+        self._clock_override = clock
+        self._levels = [_Level(policy) for policy in self.options.policies]
+        self._count = 0  # queued requests, all levels
+        self._timed = 0  # queued requests with a finite, not yet expired timeout
+        self._flush = False  # set while draining: send what is queued without waiting for the delay
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at = math.inf
+        self._changed: Optional[asyncio.Event] = None  # set whenever the queue shrinks (for draining)
+        self._seq = 0
+        self._order = _ReorderBuffer() if self.options.preserve_ordering else None
+
+    # ---- public -------------------------------------------------------------------------------
+    @property
+    def queued(self) -> int:
+        return self._count
+
+    def clock(self) -> float:
+        return self._clock_override() if self._clock_override is not None else asyncio.get_running_loop().time()
+
+    def poke(self) -> None:
+        """Examine the queue now (after an injected clock moved)."""
+        self._pump()
+
+    # ---- submission ---------------------------------------------------------------------------
+    def _submit(self, pending: Pending) -> None:
+        level = self._level_of(pending)
+        if level is None:
+            return
+        queue = self._levels[level]
+        if queue.policy.max_queue_size and len(queue) >= queue.policy.max_queue_size:
+            self._reject(pending, ServerError(QUEUE_FULL_MESSAGE, ErrorCode.UNAVAILABLE))
+            return
+        now = self.clock()
+        timeout = queue.policy.timeout_for(pending.request.timeout_us)
+        entry = _Entry(
+            pending,
+            level,
+            arrival=now,
+            expires=now + timeout if timeout > 0 else math.inf,
+            key=None if self.options.ragged else _shape_key(pending),
+        )
+        pending.deadline = entry.expires if timeout > 0 else None
+        if self._order is not None:
+            entry.seq = self._seq
+            self._seq += 1
+            self._order.register(entry.seq, pending.channel)
+            pending.channel = _OrderedChannel(pending.channel, self._order, entry.seq, asyncio.get_running_loop())
+        queue.waiting.append(entry)
+        self._count += 1
+        if timeout > 0:
+            self._timed += 1
+        # Cancellations are looked for when a batch finishes, on timers and on poke(); scanning the queue
+        # on every arrival made each request cost O(queue length) (and the pool drops cancelled ones anyway).
+        self._pump(scan_cancelled=False)
+
+    def _level_of(self, pending: Pending) -> Optional[int]:
+        """0-based level of the request, or None after failing it for an invalid priority."""
+        levels = self.options.priority_levels
+        if not levels:
+            return 0  # as Triton: without priority levels a request's priority is ignored
+        priority = pending.request.priority
+        if priority == 0:
+            return self.options.default_level - 1
+        if not 1 <= priority <= levels:
+            pending.fail(invalid_argument(
+                f"[request id: {pending.request.id or '<id_unknown>'}] inference request priority must be in "
+                f"range [0, {levels}] for '{self.options.model}', got {priority}"
+            ))
+            return None
+        return priority - 1
+
+    # ---- the scheduling step --------------------------------------------------------------------
+    def _pump(self, scan_cancelled: bool = True) -> None:
+        """Apply queue policies, then send batches while an instance is idle and a batch is due; finally
+        arm the timer for the next deadline. Runs on the loop thread, never blocks."""
+        now = self.clock()
+        next_expiry = self._apply_policies(now) if self._timed else math.inf
+        if scan_cancelled:
+            self._drop_cancelled()
+        batch_due = math.inf
+        while self._count and self.pool.idle_count:
+            batch, batch_due = self._next_batch(now)
+            if batch is None:
+                break
+            instance = self.pool.try_acquire()
+            if instance is None:  # cannot happen with idle_count > 0, but never lose the batch
+                batch_due = math.inf
+                break
+            self._remove(batch)
+            self._dispatch([e.pending for e in batch], instance)
+        self._arm(min(next_expiry, batch_due), now)
+        if self._changed is not None:
+            self._changed.set()
+
+    def _order_of_service(self) -> Iterator[_Entry]:
+        for level in self._levels:
+            yield from level
+
+    def _next_batch(self, now: float) -> tuple[Optional[list[_Entry]], float]:
+        """The batch to send now, or (None, the time it will be due)."""
+        chosen: list[_Entry] = []
+        size, preferred_prefix, saturated = 0, 0, False
+        key: Optional[tuple] = None
+        limit = self.options.max_batch_size
+        for entry in self._order_of_service():
+            if not chosen:
+                key, head = entry.key, entry
+            elif entry.key != key:
+                continue  # another shape: it waits for a batch of its own
+            if size + entry.size > limit:
+                saturated = True
+                break
+            chosen.append(entry)
+            size += entry.size
+            if size in self.options.preferred:
+                preferred_prefix = len(chosen)
+        if not chosen:
+            return None, math.inf
+        due = head.arrival + self.options.max_delay_s
+        if saturated or size >= limit or self._flush or now >= due:
+            return chosen, math.inf
+        if preferred_prefix:
+            return chosen[:preferred_prefix], math.inf
+        return None, due
+
+    def _remove(self, batch: list[_Entry]) -> None:
+        taken = set(map(id, batch))
+        for level in {e.level for e in batch}:
+            queue = self._levels[level]
+            queue.waiting = [e for e in queue.waiting if id(e) not in taken]
+            queue.delayed = [e for e in queue.delayed if id(e) not in taken]
+        self._count -= len(batch)
+        self._timed -= sum(1 for e in batch if not e.delayed and e.expires < math.inf)
+
+    def _dispatch(self, batch: list[Pending], instance) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self._track(done)
+        done.add_done_callback(self._batch_done)
+        self.pool.dispatch(batch, instance, done)
+
+    def _batch_done(self, _future: asyncio.Future) -> None:
+        self._pump()
+
+    def _apply_policies(self, now: float) -> float:
+        """Reject or demote requests whose queue timeout ran out; returns the next expiry."""
+        next_expiry = math.inf
+        for queue in self._levels:
+            kept = []
+            for entry in queue.waiting:
+                if entry.expires <= now:
+                    self._timed -= 1
+                    if queue.policy.reject:
+                        self._count -= 1
+                        self._fail(entry, ServerError(TIMEOUT_MESSAGE, ErrorCode.UNAVAILABLE), "REJECTED")
+                    else:
+                        entry.delayed = True
+                        queue.delayed.append(entry)  # keeps arrival order among the delayed
+                    continue
+                kept.append(entry)
+                next_expiry = min(next_expiry, entry.expires)
+            queue.waiting = kept
+        return next_expiry
+
+    def _drop_cancelled(self) -> None:
+        for queue in self._levels:
+            for attr in ("waiting", "delayed"):
+                entries = getattr(queue, attr)
+                if not any(e.pending.request.cancelled() for e in entries):
+                    continue
+                kept = []
+                for entry in entries:
+                    if entry.pending.request.cancelled():
+                        self._count -= 1
+                        if not entry.delayed and entry.expires < math.inf:
+                            self._timed -= 1
+                        self._fail(entry, ServerError("request cancelled", ErrorCode.CANCELLED), "CANCELED")
+                    else:
+                        kept.append(entry)
+                setattr(queue, attr, kept)
+
+    def _fail(self, entry: _Entry, error: ServerError, reason: str) -> None:
+        """Answer a queued request with an error, outside the ordering."""
+        pending = entry.pending
+        channel = pending.channel
+        if isinstance(channel, _OrderedChannel):
+            channel.target.deliver_on_loop(error, True)
+            channel._closed = True
+            self._order.leave(entry.seq)
+        else:
+            channel.deliver_on_loop(error, True)
+        self.pool.stats.record_request(False, total_ns=time.monotonic_ns() - pending.enqueued_ns, reason=reason)
+
+    def _reject(self, pending: Pending, error: ServerError) -> None:
+        pending.fail(error)
+        self.pool.stats.record_request(False, total_ns=0, reason="REJECTED")
+
+    def _arm(self, when: float, now: float) -> None:
+        """Make sure the queue is examined again at `when` (clock time)."""
+        if when == math.inf:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer, self._timer_at = None, math.inf
+            return
+        if self._timer is not None and self._timer_at <= when:
+            return  # an earlier wake-up is armed; it re-arms for this one
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, when - now), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        self._pump()
+
+    # ---- shutdown -----------------------------------------------------------------------------
     async def _drain(self, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
-        while self._queue and loop.time() < end:
-            # Let the batch loop take what is queued; wake it without waiting out the delay.
-            for pending in self._queue:
-                pending.deadline = 0.0
-            self._arrived.set()
-            await asyncio.sleep(0)
-            if self._tasks:
-                await asyncio.wait(list(self._tasks), timeout=max(0.0, end - loop.time()))
+        self._flush = True  # send what is queued without waiting out the delay
+        self._changed = asyncio.Event()
+        self._pump()
+        while self._count and loop.time() < end:
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout=max(0.0, end - loop.time()))
+            except asyncio.TimeoutError:
+                break
         await super()._drain(max(0.0, end - loop.time()))
+
+    def _fail_queued(self, error: ServerError) -> None:
+        for queue in self._levels:
+            for entry in list(queue):
+                self._fail(entry, error, "OTHER")
+            queue.waiting, queue.delayed = [], []
+        self._count = self._timed = 0
+        self._arm(math.inf, 0.0)
