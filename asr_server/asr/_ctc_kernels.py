@@ -46,13 +46,32 @@ NEG_INF = -math.inf
 
 
 @_jit
+def _exp_shifted(a, m):
+    # exp(a - m), skipping the call where the answer is exact anyway: the maximum itself
+    # gives exp(0) = 1 and a -inf term gives 0. Bit-identical to always calling exp.
+    if a == m:
+        return 1.0
+    if a == NEG_INF:
+        return 0.0
+    return math.exp(a - m)
+
+
+@_jit
+def _log_shifted(m, total):
+    # m + log(total) with log(1) = 0 taken for free (one live term: the common case).
+    if total == 1.0:
+        return m
+    return m + math.log(total)
+
+
+@_jit
 def _log_add2(a, b):
     # Same formula and summation order as the reference's log_add([a, b]), so the
     # fast and plain implementations agree to the last bit.
     m = a if a > b else b
     if m == NEG_INF:
         return NEG_INF
-    return m + math.log(math.exp(a - m) + math.exp(b - m))
+    return _log_shifted(m, _exp_shifted(a, m) + _exp_shifted(b, m))
 
 
 @_jit
@@ -61,7 +80,7 @@ def _log_add3(a, b, c):
     m = m if m > c else c
     if m == NEG_INF:
         return NEG_INF
-    return m + math.log(math.exp(a - m) + math.exp(b - m) + math.exp(c - m))
+    return _log_shifted(m, _exp_shifted(a, m) + _exp_shifted(b, m) + _exp_shifted(c, m))
 
 
 @_jit
