@@ -114,10 +114,10 @@ def summarize(batch: BatchResult, server: Sequence[ModelStats] = ()) -> Summary:
         streaming=batch.streaming,
         utterances=len(batch.results),
         failed=len(batch.results) - len(done),
-        audio_s=round(audio_s, 3),
-        wall_s=round(batch.wall_s, 3),
-        rtf=round(batch.wall_s / audio_s, 4) if audio_s else None,
-        throughput_utt_s=round(len(done) / batch.wall_s, 3) if batch.wall_s > 0 else 0.0,
+        audio_s=audio_s,
+        wall_s=batch.wall_s,
+        rtf=batch.wall_s / audio_s if audio_s else None,
+        throughput_utt_s=len(done) / batch.wall_s if batch.wall_s > 0 else 0.0,
         latency_ms=percentiles_ms([latency for r in done for latency in r.chunk_latencies_s]),
         error_rates=error_rates(scored),
         server=tuple(server),
@@ -163,7 +163,7 @@ def format_summary(summary: Summary) -> str:
         f"model {summary.model} ({mode}): {summary.utterances - summary.failed}/{summary.utterances} utterances, "
         f"{summary.failed} failed",
         f"audio {summary.audio_s:.2f} s, wall {summary.wall_s:.2f} s, "
-        f"RTF {summary.rtf if summary.rtf is not None else 'n/a'}, {summary.throughput_utt_s:.2f} utt/s",
+        f"RTF {f'{summary.rtf:.4f}' if summary.rtf is not None else 'n/a'}, {summary.throughput_utt_s:.2f} utt/s",
     ]
     if summary.latency_ms:
         what = "chunk" if summary.streaming else "request"
