@@ -61,6 +61,9 @@ def add_optional_chunk_mask(xs: torch.Tensor, masks: torch.Tensor, use_dynamic_c
                 if use_dynamic_left_chunk:
                     max_left = (max_len - 1) // chunk
                     num_left = int(torch.randint(0, max_left + 1, (1,), generator=generator))
+        if chunk >= max_len and num_left < 0:
+            # full context: the padding mask alone says the same, and keeps T symbolic in traced exports
+            return masks
         return masks & subsequent_chunk_mask(max_len, chunk, num_left, xs.device).unsqueeze(0)
     if static_chunk_size > 0:
         return masks & subsequent_chunk_mask(max_len, static_chunk_size, num_decoding_left_chunks,
