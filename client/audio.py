@@ -55,7 +55,9 @@ def load_audio(path: str | Path) -> Audio:
     try:
         data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
     except Exception as error:  # soundfile raises LibsndfileError, RuntimeError, OSError, TypeError...
-        raise AudioError(f"cannot read audio file {path}: {error}") from error
+        # LibsndfileError's str() repeats the path; its error_string is just the reason.
+        reason = getattr(error, "error_string", None) or str(error)
+        raise AudioError(f"cannot read audio file {path}: {reason}") from error
     if data.shape[0] == 0:
         raise AudioError(f"audio file {path} has no samples")
     samples = resample(to_mono(data) if data.shape[1] > 1 else data[:, 0], rate)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from client import report
 from client.audio import SAMPLE_RATE, AudioError, load_audio, read_pcm16_blocks
 from client.batch import TranscribeOptions, UtteranceResult, transcribe_files
 from client.inputs import InputError, collect_utterances
-from client.microphone import MicrophoneUnavailable, microphone_blocks
+from client.microphone import MicrophoneUnavailable, microphone_blocks, require_sounddevice
 from client.offline import DEFAULT_OFFLINE_MODEL
 from client.streaming import (
     DEFAULT_CHUNK_MS,
@@ -83,13 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "stream" and args.microphone == (args.audio is not None):
+        parser.error("stream needs exactly one of FILE, - (stdin PCM) or --microphone")
+    if args.command == "transcribe" and not args.inputs and not args.wavscp:
+        parser.error("transcribe needs INPUT... or --wavscp")
     try:
         if args.command == "stream":
-            return asyncio.run(_stream_command(parser, args))
-        return asyncio.run(_transcribe_command(parser, args))
+            return asyncio.run(_stream_command(args))
+        return asyncio.run(_transcribe_command(args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `asr-client ... | head`: the reader left. Point stdout at devnull so the exit flush stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
 
 
 # --------------------------------------------------------------------------------------------------
@@ -120,18 +129,19 @@ class PartialPrinter:
             self._out.flush()
 
 
-async def _stream_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if args.microphone == (args.audio is not None):
-        parser.error("stream needs exactly one of FILE, - (stdin PCM) or --microphone")
+async def _stream_command(args: argparse.Namespace) -> int:
     options = StreamOptions(
         model=args.model or DEFAULT_STREAMING_MODEL, chunk_ms=args.chunk_ms,
         wenet_chunks=args.wenet_chunks, realtime=args.realtime,
     )
     stop = asyncio.Event()
+    stops_on_ctrl_c = False
     try:
         if args.microphone:
+            require_sounddevice()
             source = microphone_blocks(args.chunk_ms, stop, args.duration)
-            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+            # Ctrl-C ends the utterance (END is sent, the final printed) rather than killing the stream.
+            stops_on_ctrl_c = _on_sigint(stop.set)
         elif args.audio == "-":
             source = read_pcm16_blocks(sys.stdin.buffer, options.plan.next_samples, args.pcm_rate)
         else:
@@ -144,7 +154,7 @@ async def _stream_command(parser: argparse.ArgumentParser, args: argparse.Namesp
         print(f"asr-client: {error}", file=sys.stderr)
         return EXIT_FAILED
     finally:
-        if args.microphone:
+        if stops_on_ctrl_c:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
     if args.json:
         print(json.dumps(dict(
@@ -161,13 +171,20 @@ async def _stream_command(parser: argparse.ArgumentParser, args: argparse.Namesp
     return EXIT_OK
 
 
+def _on_sigint(callback) -> bool:
+    """Route SIGINT to `callback`; False where the loop cannot (not the main thread, or no signals)."""
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, callback)
+    except (RuntimeError, NotImplementedError, ValueError):
+        return False
+    return True
+
+
 # --------------------------------------------------------------------------------------------------
 # transcribe
 
 
-async def _transcribe_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if not args.inputs and not args.wavscp:
-        parser.error("transcribe needs INPUT... or --wavscp")
+async def _transcribe_command(args: argparse.Namespace) -> int:
     try:
         utterances = collect_utterances([*args.inputs, *args.wavscp], args.trans, args.data_dir)
         options = TranscribeOptions(

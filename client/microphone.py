@@ -16,7 +16,8 @@ class MicrophoneUnavailable(Exception):
     """No sound-device library or no usable input device."""
 
 
-def _sounddevice():
+def require_sounddevice():
+    """The sounddevice module, or MicrophoneUnavailable saying how to get it (checked before streaming starts)."""
     try:
         import sounddevice
     except ImportError as error:
@@ -30,7 +31,7 @@ async def microphone_blocks(
     block_ms: float, stop: asyncio.Event, duration_s: Optional[float] = None
 ) -> AsyncIterator[np.ndarray]:
     """Yield (n,) float32 blocks until `stop` is set or `duration_s` of audio has been captured."""
-    sounddevice = _sounddevice()
+    sounddevice = require_sounddevice()
     loop = asyncio.get_running_loop()
     blocks: asyncio.Queue[bytes] = asyncio.Queue()
 
