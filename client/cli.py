@@ -25,8 +25,8 @@ from tqdm import tqdm
 
 from client import report
 from client.audio import SAMPLE_RATE, AudioError, load_audio, read_pcm16_blocks
-from client.batch import TranscribeOptions, UtteranceResult, transcribe_files
-from client.inputs import InputError, collect_utterances
+from client.batch import BatchResult, TranscribeOptions, UtteranceResult, transcribe_files
+from client.inputs import InputError, Utterance, collect_utterances
 from client.microphone import MicrophoneUnavailable, microphone_blocks, require_sounddevice
 from client.offline import DEFAULT_OFFLINE_MODEL
 from client.streaming import (
@@ -198,6 +198,26 @@ async def _transcribe_command(args: argparse.Namespace) -> int:
         print("asr-client: no audio found in the inputs", file=sys.stderr)
         return EXIT_USAGE
 
+    async with grpcclient.InferenceServerClient(args.url) as grpc_client:
+        if not await _reachable(grpc_client, args.url):
+            return EXIT_FAILED
+        before = await _statistics(grpc_client, args.no_server_stats)
+        batch = await _run_batch(args, utterances, options, grpc_client)
+        after = await _statistics(grpc_client, args.no_server_stats)
+    summary = report.summarize(batch, report.statistics_delta(before, after) if before and after else ())
+    print(report.format_summary(summary), file=sys.stderr)
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(summary.as_dict(), indent=2, ensure_ascii=False) + "\n")
+    return EXIT_OK if summary.failed == 0 else EXIT_FAILED
+
+
+async def _run_batch(
+    args: argparse.Namespace,
+    utterances: list[Utterance],
+    options: TranscribeOptions,
+    grpc_client: grpcclient.InferenceServerClient,
+) -> BatchResult:
+    """Results go to --output or stdout, one JSON line each as they finish; the bar and skips to stderr."""
     output = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     progress = tqdm(total=len(utterances), unit="utt", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
 
@@ -209,20 +229,23 @@ async def _transcribe_command(args: argparse.Namespace) -> int:
             tqdm.write(f"skipped {result.key}: {result.error}", file=sys.stderr)
         progress.update(1)
 
-    async with grpcclient.InferenceServerClient(args.url) as grpc_client:
-        before = await _statistics(grpc_client, args.no_server_stats)
-        try:
-            batch = await transcribe_files(utterances, options=options, on_result=on_result, grpc_client=grpc_client)
-        finally:
-            progress.close()
-            if output is not sys.stdout:
-                output.close()
-        after = await _statistics(grpc_client, args.no_server_stats)
-    summary = report.summarize(batch, report.statistics_delta(before, after) if before and after else ())
-    print(report.format_summary(summary), file=sys.stderr)
-    if args.summary_json:
-        Path(args.summary_json).write_text(json.dumps(summary.as_dict(), indent=2, ensure_ascii=False) + "\n")
-    return EXIT_OK if summary.failed == 0 else EXIT_FAILED
+    try:
+        return await transcribe_files(utterances, options=options, on_result=on_result, grpc_client=grpc_client)
+    finally:
+        progress.close()
+        if output is not sys.stdout:
+            output.close()
+
+
+async def _reachable(grpc_client: grpcclient.InferenceServerClient, url: str) -> bool:
+    """One clear line for a server that is not there, instead of one failure per utterance."""
+    try:
+        if await grpc_client.is_server_live():
+            return True
+        print(f"asr-client: server at {url} is not live", file=sys.stderr)
+    except Exception as error:  # InferenceServerException or grpc errors, depending on the failure
+        print(f"asr-client: cannot reach server at {url}: {error}", file=sys.stderr)
+    return False
 
 
 async def _statistics(grpc_client: grpcclient.InferenceServerClient, skip: bool) -> dict:

@@ -125,26 +125,20 @@ class StreamingClient:
         plan = self.options.plan
         chunks = chunking.from_array(audio, plan) if isinstance(audio, np.ndarray) else chunking.rechunk(audio, plan)
         loop = asyncio.get_running_loop()
-        sent_at: dict[str, float] = {}
-        audio_end: dict[str, float] = {}
-        total = {"chunks": 0, "samples": 0, "started": None}
+        sent = _SentChunks()
 
         async def requests() -> AsyncIterator[dict]:
-            index = 0
-            async for chunk, last in chunking.flag_last(chunks):
-                total["samples"] += len(chunk)
-                audio_time = total["samples"] / SAMPLE_RATE
-                if total["started"] is None:
-                    total["started"] = loop.time()
+            async for index, (chunk, last) in _enumerate(chunking.flag_last(chunks)):
+                audio_end_s = sent.samples_after(chunk) / SAMPLE_RATE
+                if sent.started is None:
+                    sent.started = loop.time()
                 if self.options.realtime:
-                    # Deadline on the loop's clock: the chunk's audio must have been "spoken" first.
-                    delay = total["started"] + audio_time - loop.time()
+                    # A deadline on the loop's clock: the chunk's audio must have been "spoken" first.
+                    delay = sent.started + audio_end_s - loop.time()
                     if delay > 0:
                         await asyncio.sleep(delay)
                 request_id = f"{sequence_id}:{index}"
-                sent_at[request_id] = loop.time()
-                audio_end[request_id] = audio_time
-                total["chunks"] = index + 1
+                sent.record(request_id, loop.time(), audio_end_s)
                 yield dict(
                     model_name=self.options.model,
                     inputs=wav_inputs(plan.padded(chunk, index), len(chunk)),
@@ -154,7 +148,6 @@ class StreamingClient:
                     sequence_start=index == 0,
                     sequence_end=last,
                 )
-                index += 1
 
         partials: list[Partial] = []
         responses = self._client.stream_infer(requests(), stream_timeout=self.options.stream_timeout_s)
@@ -164,13 +157,8 @@ class StreamingClient:
                 if error is not None:
                     raise StreamingError(f"model '{self.options.model}' sequence {sequence_id}: {error.message()}")
                 received = loop.time()
-                request_id = result.get_response().id
-                partial = Partial(
-                    index=len(partials),
-                    text=transcript_of(result),
-                    audio_end_s=audio_end.get(request_id, total["samples"] / SAMPLE_RATE),
-                    latency_s=received - sent_at.get(request_id, received),
-                )
+                sent_at, audio_end_s = sent.lookup(result.get_response().id, received)
+                partial = Partial(len(partials), transcript_of(result), audio_end_s, received - sent_at)
                 partials.append(partial)
                 if on_partial is not None:
                     on_partial(partial)
@@ -182,19 +170,46 @@ class StreamingClient:
         finally:
             if not finished:
                 responses.cancel()
-        if len(partials) != total["chunks"]:
+        if len(partials) != sent.count:
             raise StreamingError(
-                f"model '{self.options.model}' answered {len(partials)} of {total['chunks']} chunks of "
-                f"sequence {sequence_id}"
+                f"model '{self.options.model}' answered {len(partials)} of {sent.count} chunks of sequence {sequence_id}"
             )
-        started = total["started"] if total["started"] is not None else loop.time()
         return StreamResult(
             text=partials[-1].text if partials else "",
             partials=tuple(partials),
             sequence_id=sequence_id,
-            audio_s=total["samples"] / SAMPLE_RATE,
-            elapsed_s=loop.time() - started,
+            audio_s=sent.samples / SAMPLE_RATE,
+            elapsed_s=loop.time() - (sent.started if sent.started is not None else loop.time()),
         )
+
+
+class _SentChunks:
+    """Bookkeeping of one stream's requests, so each response can be matched to its send time."""
+
+    def __init__(self):
+        self.started: Optional[float] = None  # loop time the first chunk was ready
+        self.samples = 0  # samples handed to the stream so far
+        self.count = 0  # requests sent
+        self._by_id: dict[str, tuple[float, float]] = {}  # request id -> (sent at, audio end s)
+
+    def samples_after(self, chunk: np.ndarray) -> int:
+        self.samples += len(chunk)
+        return self.samples
+
+    def record(self, request_id: str, sent_at: float, audio_end_s: float) -> None:
+        self._by_id[request_id] = (sent_at, audio_end_s)
+        self.count += 1
+
+    def lookup(self, request_id: str, default_time: float) -> tuple[float, float]:
+        # A server that drops response ids still gets a result, just without a latency.
+        return self._by_id.pop(request_id, (default_time, self.samples / SAMPLE_RATE))
+
+
+async def _enumerate(items: AsyncIterable) -> AsyncIterator[tuple[int, object]]:
+    index = 0
+    async for item in items:
+        yield index, item
+        index += 1
 
 
 def _rpc_message(error: grpc.RpcError) -> str:

@@ -143,3 +143,10 @@ async def test_transcribe_usage_and_input_errors(tmp_path, capsys):
     manifest.write_text("not json\n")
     assert await asyncio.to_thread(main, ["transcribe", str(manifest), "-u", "127.0.0.1:1"]) == 2
     assert "m.jsonl:1: not JSON" in capsys.readouterr().err
+
+
+async def test_transcribe_against_no_server_says_so_once(corpus, tmp_path, capsys):
+    results = tmp_path / "never.jsonl"
+    rc = await asyncio.to_thread(main, ["transcribe", str(corpus.paths["a"]), "-u", "127.0.0.1:1", "-o", str(results)])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("cannot reach server at 127.0.0.1:1") == 1 and not results.exists()
