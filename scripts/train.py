@@ -176,6 +176,10 @@ def main(argv=None) -> int:
     ap.add_argument("--reverse-weight", type=float, default=0.3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=777)
+    ap.add_argument("--finalize", action="store_true",
+                    help="write EXP/final (or --final-dir) from the latest checkpoint without training")
+    ap.add_argument("--final-dir", type=Path, default=None)
+    ap.add_argument("--fp16-weights", action="store_true", help="store final.pt in half precision (size)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -196,6 +200,20 @@ def main(argv=None) -> int:
         print(f"resumed at step {state['step']} ({state['elapsed'] / 60:.1f} min trained)", file=sys.stderr)
     print(f"{count_parameters(model) / 1e6:.2f}M parameters, {len(rows)} utterances, vocab {len(symbols)}",
           file=sys.stderr)
+
+    final_dir = args.final_dir or args.exp / "final"
+
+    def write_final():
+        model.eval()
+        save_model_dir(final_dir, model, symbols, cmvn, bpe_path, half_precision=args.fp16_weights,
+                       extra={"training": {"steps": state["step"], "epochs_completed": state["epoch"],
+                                           "minutes": round(state["elapsed"] / 60, 1),
+                                           "utterances": len(rows), "batch": args.batch}})
+        print(f"wrote {final_dir} after {state['step']} steps", file=sys.stderr)
+
+    if args.finalize:
+        write_final()
+        return 0
 
     def save_checkpoint():
         tmp = ckpt_path.with_suffix(".tmp")
@@ -262,12 +280,7 @@ def main(argv=None) -> int:
     save_checkpoint()
     done = state["step"] >= args.max_steps or state["elapsed"] >= budget_s
     if done:
-        model.eval()
-        save_model_dir(args.exp / "final", model, symbols, cmvn, bpe_path,
-                       extra={"training": {"steps": state["step"], "epochs_completed": state["epoch"],
-                                           "minutes": round(state["elapsed"] / 60, 1),
-                                           "utterances": len(rows), "batch": args.batch}})
-        print(f"wrote {args.exp / 'final'} after {state['step']} steps", file=sys.stderr)
+        write_final()
     else:
         print(f"interrupted at step {state['step']}; rerun to resume", file=sys.stderr)
     return 0

@@ -145,8 +145,12 @@ def model_config_dict(model: U2Model, fbank: FbankConfig = FbankConfig(), bpe: b
 
 def save_model_dir(directory: str | Path, model: U2Model, symbols: SymbolTable, cmvn: CmvnStats | None,
                    bpe_model: str | Path | None = None, fbank: FbankConfig = FbankConfig(),
-                   extra: dict | None = None, checkpoint: str = "final.pt") -> Path:
-    """Write train.yaml, final.pt, units.txt, global_cmvn (+ bpe.model) the way WeNet lays them out."""
+                   extra: dict | None = None, checkpoint: str = "final.pt", half_precision: bool = False) -> Path:
+    """Write train.yaml, final.pt, units.txt, global_cmvn (+ bpe.model) the way WeNet lays them out.
+
+    half_precision: store floating-point tensors as fp16 (half the file size); ``load_state_dict`` casts them
+    back into the fp32 model, in WeNet as here.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config = model_config_dict(model, fbank, bpe_model is not None)
@@ -161,6 +165,9 @@ def save_model_dir(directory: str | Path, model: U2Model, symbols: SymbolTable, 
     if bpe_model is not None and Path(bpe_model).resolve() != (directory / "bpe.model").resolve():
         shutil.copyfile(bpe_model, directory / "bpe.model")
     tmp = directory / (checkpoint + ".tmp")
-    torch.save(model.state_dict(), tmp)
+    state = model.state_dict()
+    if half_precision:
+        state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+    torch.save(state, tmp)
     tmp.replace(directory / checkpoint)  # atomic: an interrupted save never leaves a torn final.pt
     return directory

@@ -146,3 +146,13 @@ def test_unknown_encoder_key_is_an_error(tmp_path):
     _symbols().save(tmp_path / "units.txt")
     with pytest.raises(ValueError, match="warp_speed"):
         load_model_dir(tmp_path)
+
+
+def test_half_precision_weights_load_into_fp32_model(tmp_path):
+    model = tiny_model(seed=13)
+    save_model_dir(tmp_path, model, _symbols(), _cmvn(), half_precision=True)
+    sd = torch.load(tmp_path / "final.pt", weights_only=True)
+    assert sd["ctc.ctc_lo.weight"].dtype == torch.float16
+    loaded = load_model_dir(tmp_path)
+    assert loaded.model.ctc.ctc_lo.weight.dtype == torch.float32
+    torch.testing.assert_close(loaded.model.ctc.ctc_lo.weight, model.ctc.ctc_lo.weight.half().float())
