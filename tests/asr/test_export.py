@@ -1,96 +1,197 @@
-"""Export a tiny random model and check every graph: ONNX Runtime == PyTorch within 1e-4 (fp32)."""
+"""ONNX export of a tiny random U2++ model: ORT == torch for every graph, the promised I/O, and the graphs
+build into a Triton model repository whose configs parse."""
 
+from __future__ import annotations
+
+import contextlib
 import importlib.util
+import io
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="needs torch")
-onnx = pytest.importorskip("onnx", reason="needs onnx")
-ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime")
-pytest.importorskip("yaml", reason="train.yaml needs PyYAML")
+torch = pytest.importorskip("torch", reason="export needs torch")
+onnx = pytest.importorskip("onnx", reason="export needs onnx")
+pytest.importorskip("onnxruntime", reason="the parity checks need onnxruntime")
 
+from asr_server.asr import export as ex  # noqa: E402
 from asr_server.asr.checkpoint import save_model_dir  # noqa: E402
-from asr_server.asr.cmvn import CmvnStats  # noqa: E402
 from asr_server.asr.units import SymbolTable  # noqa: E402
 
-from .conftest import VOCAB, tiny_model  # noqa: E402
+from .conftest import CHUNK, LEFT_CHUNKS, VOCAB, tiny_model  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "export_onnx.py"
-CHUNK, LEFT, BEAM = 4, 2, 5
-FP32_GRAPHS = ["encoder.onnx", "encoder_streaming.onnx", "encoder_streaming.onnx (batch+1)", "decoder.onnx",
-               "decoder_scores.onnx", "model.onnx", "model_offline.onnx"]
+ROOT = Path(__file__).resolve().parents[2]
+BEAM = 4
+OPTS = ex.ExportOptions(chunk_size=CHUNK, left_chunks=LEFT_CHUNKS, beam=BEAM)
+F, I32, I64, B = onnx.TensorProto.FLOAT, onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.BOOL
+
+
+def _symbols() -> SymbolTable:
+    return SymbolTable(["<blank>", "<unk>", *[chr(ord("a") + i) for i in range(VOCAB - 4)], "▁", "<sos/eos>"])
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _io(path: Path) -> dict[str, tuple[int, list]]:
+    m = onnx.load(str(path))
+    return {v.name: (v.type.tensor_type.elem_type,
+                     [d.dim_value if d.HasField("dim_value") else d.dim_param for d in v.type.tensor_type.shape.dim])
+            for v in list(m.graph.input) + list(m.graph.output)}
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    spec = importlib.util.spec_from_file_location("export_onnx", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["export_onnx"] = mod
-    spec.loader.exec_module(mod)
-    d = tmp_path_factory.mktemp("model")
-    st = CmvnStats.zeros(80)
-    st.accumulate(np.random.default_rng(0).normal(10.0, 3.0, size=(200, 80)))
-    save_model_dir(d, tiny_model(seed=21), SymbolTable.from_units([f"u{i}" for i in range(VOCAB - 3)]), st)
-    out = d / "onnx"
-    report = mod.export_all(d, out, beam=BEAM, chunk=CHUNK, left_chunks=LEFT, fp16=True)
-    return out, report, mod
+    model = tiny_model(seed=5)
+    out = tmp_path_factory.mktemp("onnx")
+    lines: list[str] = []
+    result = ex.export_all(model, out, OPTS, sherpa_symbols=_symbols(), log=lines.append)
+    return model, out, result, lines
 
 
-def test_every_fp32_graph_matches_torch(exported):
-    _, report, mod = exported
-    assert mod.FP32_TOL <= 1e-4
-    for g in FP32_GRAPHS:
-        assert report[g]["ok"], (g, report[g])
-        for name, v in report[g]["max_abs_diff"].items():
-            if isinstance(v, float):
-                assert v <= 1e-4, (g, name, v)
-            else:
-                assert v == "0 differ", (g, name, v)
+def test_every_graph_matches_torch(exported):
+    _, out, result, lines = exported
+    names = [r.graph for r in result.reports]
+    assert names == ["encoder.onnx", "streaming_encoder.onnx", "decoder.onnx", "sherpa/model.onnx"]
+    for r in result.reports:
+        assert r.checked and r.ok, r.line()
+        assert r.max_abs_diff <= 1e-4, r.line()
+        assert r.details, r.line()
+    assert len(lines) == 4 and all(": OK " in line for line in lines)
+    # the decoder check also held the graph to rescoring.py's combine_scores formula
+    assert result.reports[2].details["rescoring_formula"] <= 1e-4
 
 
-def test_fp16_graphs_run_and_are_close(exported):
-    _, report, _ = exported
-    for g in ["encoder_fp16.onnx", "encoder_streaming_fp16.onnx", "decoder_fp16.onnx"]:
-        assert report[g]["ok"], (g, report[g])
-    assert report["ok"]
+def test_encoder_io(exported):
+    model, out, _, _ = exported
+    d = model.encoder_cfg.output_size
+    io_ = _io(out / "encoder.onnx")
+    assert list(io_) == [*ex.ENCODER_INPUTS, *ex.ENCODER_OUTPUTS]
+    assert io_["speech"] == (F, ["B", "T", 80]) and io_["speech_lengths"] == (I32, ["B"])
+    assert io_["encoder_out"][0] == F and io_["encoder_out"][1][0] == "B" and io_["encoder_out"][1][2] == d
+    assert io_["encoder_out_lens"] == (I32, ["B"])
+    assert io_["ctc_log_probs"][0] == F and io_["ctc_log_probs"][1][2] == VOCAB
+    assert io_["beam_log_probs"][0] == F and io_["beam_log_probs"][1][2] == BEAM
+    assert io_["beam_log_probs_idx"][0] == I64 and io_["beam_log_probs_idx"][1][2] == BEAM
+    assert isinstance(io_["encoder_out"][1][1], str)   # T' dynamic
 
 
-def test_wenet_tensor_names_and_static_streaming_dims(exported):
-    out, _, _ = exported
-    s = ort.InferenceSession(str(out / "encoder_streaming.onnx"), providers=["CPUExecutionProvider"])
-    assert [i.name for i in s.get_inputs()] == ["chunk_xs", "chunk_lens", "offset", "att_cache", "cnn_cache",
-                                                "cache_mask"]
-    assert [o.name for o in s.get_outputs()] == ["log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens",
-                                                 "r_offset", "r_att_cache", "r_cnn_cache", "r_cache_mask"]
-    shapes = {i.name: i.shape for i in s.get_inputs()}
-    window = (CHUNK - 1) * 4 + 7
-    assert shapes["chunk_xs"][1:] == [window, 80]
-    assert shapes["att_cache"][1:] == [2, 4, CHUNK * LEFT, 16]
-    assert shapes["cnn_cache"][1:] == [2, 32, 4]
-    assert shapes["cache_mask"][1:] == [1, CHUNK * LEFT]
-    assert all(isinstance(v[0], str) for v in shapes.values())  # batch axis is dynamic
-    e = ort.InferenceSession(str(out / "encoder.onnx"), providers=["CPUExecutionProvider"])
-    assert [o.name for o in e.get_outputs()] == ["encoder_out", "encoder_out_lens", "ctc_log_probs",
-                                                 "beam_log_probs", "beam_log_probs_idx"]
-    d = ort.InferenceSession(str(out / "decoder.onnx"), providers=["CPUExecutionProvider"])
-    assert [i.name for i in d.get_inputs()] == ["encoder_out", "encoder_out_lens", "hyps_pad_sos_eos",
-                                                "hyps_lens_sos", "r_hyps_pad_sos_eos", "ctc_score"]
-    assert [o.name for o in d.get_outputs()] == ["best_index"]
+def test_streaming_encoder_io_only_batch_dynamic(exported):
+    model, out, _, _ = exported
+    e = model.encoder_cfg
+    c, w, dk2, k = CHUNK * LEFT_CHUNKS, model.encoder.decoding_window(CHUNK), 2 * e.output_size // e.attention_heads, \
+        e.cnn_module_kernel - 1
+    want = {"chunk_xs": (F, [w, 80]), "chunk_lens": (I32, []), "offset": (I64, [1]),
+            "att_cache": (F, [e.num_blocks, e.attention_heads, c, dk2]), "cnn_cache": (F, [e.num_blocks, e.output_size, k]),
+            "cache_mask": (F, [1, c]), "log_probs": (F, [CHUNK, BEAM]), "log_probs_idx": (I64, [CHUNK, BEAM]),
+            "chunk_out": (F, [CHUNK, e.output_size]), "chunk_out_lens": (I32, [])}
+    for name in ("offset", "att_cache", "cnn_cache", "cache_mask"):
+        want["r_" + name] = want[name]
+    io_ = _io(out / "streaming_encoder.onnx")
+    assert list(io_) == [*ex.STREAMING_INPUTS, *ex.STREAMING_OUTPUTS]
+    for name, (dtype, dims) in want.items():
+        assert io_[name] == (dtype, ["B", *dims]), name
+    assert ex.dynamic_dims(out / "streaming_encoder.onnx") == {n: [0] for n in want}
+
+
+def test_decoder_io(exported):
+    model, out, _, _ = exported
+    io_ = _io(out / "decoder.onnx")
+    assert list(io_) == ["encoder_out", "encoder_out_lens", "hyps_pad_sos_eos", "hyps_lens_sos", "r_hyps_pad_sos_eos",
+                         "ctc_score", "best_index"]
+    assert io_["encoder_out"] == (F, ["B", "T", model.encoder_cfg.output_size])
+    assert io_["encoder_out_lens"] == (I32, ["B"])
+    assert io_["hyps_pad_sos_eos"] == (I64, ["B", BEAM, "L"]) == io_["r_hyps_pad_sos_eos"]
+    assert io_["hyps_lens_sos"] == (I32, ["B", BEAM]) and io_["ctc_score"] == (F, ["B", BEAM])
+    assert io_["best_index"] == (I64, ["B"])
 
 
 def test_sherpa_contract(exported):
-    out, _, _ = exported
-    m = onnx.load(str(out / "sherpa" / "model.onnx"))
-    meta = {p.key: p.value for p in m.metadata_props}
-    for key, value in {"head": "4", "num_blocks": "2", "output_size": "32", "cnn_module_kernel": "5",
-                       "right_context": "6", "subsampling_factor": "4", "vocab_size": str(VOCAB)}.items():
-        assert meta[key] == value
-    s = ort.InferenceSession(str(out / "sherpa" / "model.onnx"), providers=["CPUExecutionProvider"])
-    assert [i.name for i in s.get_inputs()] == ["x", "offset", "required_cache_size", "attn_cache", "conv_cache",
-                                                "attn_mask"]
-    types = {i.name: i.type for i in s.get_inputs()}
-    assert types["attn_mask"] == "tensor(bool)" and types["offset"] == "tensor(int64)"
-    assert (out / "sherpa" / "tokens.txt").read_text().startswith("<blank> 0\n")
+    model, out, _, _ = exported
+    e = model.encoder_cfg
+    c = CHUNK * LEFT_CHUNKS
+    io_ = _io(out / "sherpa" / "model.onnx")
+    assert list(io_) == [*ex.SHERPA_INPUTS, *ex.SHERPA_OUTPUTS]
+    assert io_["x"] == (F, [1, model.encoder.decoding_window(CHUNK), 80])
+    assert io_["offset"] == io_["required_cache_size"] == (I64, [1])
+    assert io_["attn_cache"] == io_["next_att_cache"] == (F, [e.num_blocks, e.attention_heads, c, 16])
+    assert io_["conv_cache"] == io_["next_conv_cache"] == (F, [e.num_blocks, 1, e.output_size, 4])
+    assert io_["attn_mask"] == (B, [1, 1, c + CHUNK]) and io_["log_probs"] == (F, [1, CHUNK, VOCAB])
+    meta = {p.key: p.value for p in onnx.load(str(out / "sherpa" / "model.onnx")).metadata_props}
+    assert {k: meta[k] for k in ("head", "num_blocks", "output_size", "cnn_module_kernel", "right_context",
+                                 "subsampling_factor", "vocab_size")} == {
+        "head": "4", "num_blocks": "2", "output_size": "32", "cnn_module_kernel": "5", "right_context": "6",
+        "subsampling_factor": "4", "vocab_size": str(VOCAB)}
+    tokens = (out / "sherpa" / "tokens.txt").read_text(encoding="utf-8").splitlines()
+    assert tokens[0] == "<blank> 0" and tokens[-1] == f"<sos/eos> {VOCAB - 1}" and len(tokens) == VOCAB
+
+
+def test_a_different_model_is_a_mismatch(exported):
+    """The checks are not vacuous: the exported encoder against another model's weights fails."""
+    _, out, _, _ = exported
+    report = ex._check_encoder(tiny_model(seed=6), out / "encoder.onnx", OPTS, fp16=False)
+    assert not report.ok and "MISMATCH" in report.line()
+
+
+def test_unidirectional_decoder(tmp_path):
+    model = tiny_model(seed=7, bidecoder=False)
+    report = ex.export_decoder(model, tmp_path / "decoder.onnx", OPTS)
+    assert report.ok, report.line()
+    assert "r_hyps_pad_sos_eos" not in _io(tmp_path / "decoder.onnx")
+    assert "reverse_weight 0.0" in report.note
+
+
+def test_fp16_encoder(tmp_path):
+    report = ex.export_encoder(tiny_model(seed=5), tmp_path / "encoder_fp16.onnx", OPTS, fp16=True)
+    io_ = _io(tmp_path / "encoder_fp16.onnx")
+    assert io_["speech"][0] == io_["encoder_out"][0] == onnx.TensorProto.FLOAT16
+    assert io_["speech_lengths"][0] == I32 and io_["beam_log_probs_idx"][0] == I64
+    assert report.ok, report.line()     # runs on CPU ORT 1.32; within FP16_ATOL of the fp32 model
+
+
+def test_script_and_model_repository(tmp_path):
+    """scripts/export_onnx.py on a WeNet-style dir, then build_model_repo.build() on its graphs."""
+    text_format = pytest.importorskip("google.protobuf.text_format")
+    model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
+    model_dir = save_model_dir(tmp_path / "model", tiny_model(seed=8), _symbols(), None)
+    onnx_dir = tmp_path / "onnx"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = _script("export_onnx").main(["--model-dir", str(model_dir), "--out-dir", str(onnx_dir),
+                                          "--chunk-size", str(CHUNK), "--left-chunks", str(LEFT_CHUNKS),
+                                          "--beam", str(BEAM)])
+    lines = buf.getvalue().splitlines()
+    assert rc == 0, buf.getvalue()
+    assert [line.split(":")[0] for line in lines[:3]] == ["encoder.onnx", "streaming_encoder.onnx", "decoder.onnx"]
+    assert lines[-1].endswith("all match")
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        builder = _script("build_model_repo")
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    repo = tmp_path / "repo"
+    builder.build(model_dir, onnx_dir, repo, beam=BEAM, chunk_size=CHUNK, right_context=6, subsampling=4,
+                  max_batch=16)
+    configs = sorted(repo.glob("*/config.pbtxt"))
+    assert {p.parent.name for p in configs} >= {"encoder", "streaming_encoder", "decoder", "wenet", "scoring"}
+    parsed = {}
+    for path in configs:
+        cfg = model_config_pb2.ModelConfig()
+        text_format.Parse(path.read_text(), cfg)
+        parsed[path.parent.name] = cfg
+    states = {s.input_name: list(s.dims) for s in parsed["streaming_encoder"].sequence_batching.state}
+    e = tiny_model().encoder_cfg
+    assert states == {"offset": [1], "att_cache": [e.num_blocks, e.attention_heads, CHUNK * LEFT_CHUNKS, 16],
+                      "cnn_cache": [e.num_blocks, e.output_size, 4], "cache_mask": [1, CHUNK * LEFT_CHUNKS]}
+    assert all(-1 not in t.dims for t in parsed["streaming_encoder"].output)
+    assert (repo / "streaming_encoder" / "1" / "streaming_encoder.onnx").is_file()
+    assert np.array_equal(sorted(i.name for i in parsed["decoder"].input),
+                          sorted(["encoder_out", "encoder_out_lens", "hyps_pad_sos_eos", "hyps_lens_sos",
+                                  "r_hyps_pad_sos_eos", "ctc_score"]))
