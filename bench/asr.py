@@ -1,0 +1,149 @@
+"""ASR serving capacity on this machine: offline RTF and paced real-time streams.
+
+    python bench/asr.py [--repo model_repo] [--data tests/data/demo_utts] [--chunk-ms 640]
+
+Starts the server on the model repository in a subprocess (127.0.0.1), then:
+1. offline: every utterance of the data folder through `attention_rescoring` at concurrency 8, reporting
+   RTF (wall time / audio time), WER and the latency p50/p99;
+2. streaming: S concurrent streams through `streaming_wenet`, each paced at real time with 640 ms chunks,
+   for S = 1, 2, 4, ... until the p99 chunk latency (sending a chunk -> its partial transcript) exceeds
+   300 ms or the final results fall behind; prints the largest S that stayed under 300 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+P99_BUDGET_MS = 300.0
+
+
+def run_server(repo: str, port_queue) -> None:
+    import logging
+
+    from asr_server.server import Server
+    from asr_server.settings import ServerSettings
+
+    logging.basicConfig(level=logging.WARNING)
+
+    async def main():
+        settings = ServerSettings(model_repositories=(Path(repo),), grpc_address="127.0.0.1", grpc_port=0,
+                                  allow_http=False, allow_metrics=False)
+        server = Server(settings)
+        await server.start()
+        port_queue.put(server.grpc_port)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def load_data(folder: Path) -> list[tuple[str, np.ndarray, str]]:
+    from client.audio import load_audio
+
+    texts = dict(line.split(" ", 1) for line in (folder / "text").read_text().splitlines() if line.strip())
+    items = []
+    for line in (folder / "wav.scp").read_text().splitlines():
+        if not line.strip():
+            continue
+        utt, path = line.split(maxsplit=1)
+        items.append((utt, load_audio(folder / path).samples, texts.get(utt, "")))
+    return items
+
+
+def percentile_ms(values: list[float], q: float) -> float:
+    return 1e3 * float(np.percentile(values, q)) if values else float("nan")
+
+
+async def offline(url: str, items, concurrency: int) -> dict:
+    import tritonclient.grpc.aio as aioclient
+
+    from client.offline import recognize
+    from client.report import error_rates
+
+    client = aioclient.InferenceServerClient(url)
+    semaphore = asyncio.Semaphore(concurrency)
+    await recognize(client, items[0][1])  # warm-up
+
+    async def one(samples):
+        async with semaphore:
+            return await recognize(client, samples)
+
+    start = time.perf_counter()
+    results = await asyncio.gather(*(one(samples) for _, samples, _ in items))
+    wall = time.perf_counter() - start
+    await client.close()
+    audio = sum(s.size for _, s, _ in items) / 16000
+    rates = error_rates([(ref, r.text) for (_, _, ref), r in zip(items, results)])
+    latencies = [r.latency_s for r in results]
+    return {"rtf": wall / audio, "audio_s": audio, "wer": rates.wer if rates else None,
+            "p50_ms": percentile_ms(latencies, 50), "p99_ms": percentile_ms(latencies, 99)}
+
+
+async def streams(url: str, items, count: int, chunk_ms: float) -> dict:
+    from client.report import error_rates
+    from client.streaming import StreamingClient, StreamOptions
+
+    options = StreamOptions(chunk_ms=chunk_ms, realtime=True)
+    async with StreamingClient(url, options) as client:
+        picks = [items[i % len(items)] for i in range(count)]
+        # Stagger the starts over one chunk, as independent speakers would be.
+        async def one(i, samples):
+            await asyncio.sleep((i / max(1, count)) * chunk_ms / 1000)
+            return await client.transcribe(samples)
+
+        results = await asyncio.gather(*(one(i, s) for i, (_, s, _) in enumerate(picks)))
+    latencies = [lat for r in results for lat in r.chunk_latencies_s]
+    lag = [r.elapsed_s - r.audio_s for r in results]
+    rates = error_rates([(ref, r.text) for (_, _, ref), r in zip(picks, results)])
+    return {"streams": count, "p50_ms": percentile_ms(latencies, 50), "p99_ms": percentile_ms(latencies, 99),
+            "final_lag_ms": 1e3 * max(lag), "wer": rates.wer if rates else None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repo", type=Path, default=ROOT / "model_repo")
+    parser.add_argument("--data", type=Path, default=ROOT / "tests" / "data" / "demo_utts")
+    parser.add_argument("--chunk-ms", type=float, default=640.0)
+    parser.add_argument("--concurrency", type=int, default=8, help="offline requests in flight")
+    parser.add_argument("--max-streams", type=int, default=128)
+    args = parser.parse_args()
+    items = load_data(args.data)
+    ctx = mp.get_context("spawn")
+    ports = ctx.Queue()
+    proc = ctx.Process(target=run_server, args=(str(args.repo), ports), daemon=True)
+    proc.start()
+    try:
+        url = f"127.0.0.1:{ports.get(timeout=120)}"
+        off = asyncio.run(offline(url, items, args.concurrency))
+        print(f"offline attention_rescoring, {len(items)} utterances ({off['audio_s']:.1f} s audio), "
+              f"concurrency {args.concurrency}: RTF {off['rtf']:.4f}, latency p50 {off['p50_ms']:.0f} ms "
+              f"p99 {off['p99_ms']:.0f} ms, WER {100 * (off['wer'] or 0):.1f}%")
+        print(f"\nstreaming_wenet, paced real-time streams, {args.chunk_ms:.0f} ms chunks")
+        print(f"{'streams':>8} {'p50 ms':>8} {'p99 ms':>8} {'final lag ms':>13} {'WER %':>6}")
+        best, count = 0, 1
+        while count <= args.max_streams:
+            r = asyncio.run(streams(url, items, count, args.chunk_ms))
+            print(f"{r['streams']:>8} {r['p50_ms']:8.0f} {r['p99_ms']:8.0f} {r['final_lag_ms']:13.0f} "
+                  f"{100 * (r['wer'] or 0):6.1f}")
+            if r["p99_ms"] > P99_BUDGET_MS:
+                break
+            best, count = count, count * 2
+        print(f"sustained: {best} paced real-time streams with p99 chunk latency under {P99_BUDGET_MS:.0f} ms "
+              f"(next step up exceeded it)" if best else "no stream count stayed under the latency budget")
+    finally:
+        proc.terminate()
+        proc.join(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

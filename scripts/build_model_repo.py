@@ -1,0 +1,273 @@
+"""Write the ASR pipelines into a Triton model repository (WeNet's layout and tensor names).
+
+    python scripts/build_model_repo.py --model-dir models/demo_en --onnx-dir models/demo_en/onnx --out model_repo
+
+Reads the exported graphs (encoder.onnx, streaming_encoder.onnx, decoder.onnx from scripts/export_onnx.py)
+for every dimension, copies them into the model folders, and writes each config.pbtxt, the way WeNet's
+runtime/gpu/scripts/convert.py fills its templates. The python models' model.py files are already in the
+repository; this script only writes configs and model files.
+
+Models written:
+  offline   attention_rescoring (ensemble) = feature_extractor -> encoder -> scoring (+ decoder through BLS)
+  streaming streaming_wenet (ensemble)     = streaming_feature_extractor -> wenet
+            (+ streaming_encoder through BLS, its caches held as implicit state; + decoder for rescoring)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import onnx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from asr_server.asr.units import SymbolTable  # noqa: E402
+
+ONNX_TO_CONFIG = {1: "TYPE_FP32", 10: "TYPE_FP16", 6: "TYPE_INT32", 7: "TYPE_INT64", 9: "TYPE_BOOL"}
+SEQUENCE_IDLE_US = 5_000_000  # per-sequence state is freed after 5 s without a request (WeNet's value)
+
+
+def graph_io(path: Path) -> dict[str, tuple[str, list]]:
+    """name -> (config data type, dims without the batch dim; -1 for dynamic)."""
+    model = onnx.load(str(path), load_external_data=False)
+    out = {}
+    for value in list(model.graph.input) + list(model.graph.output):
+        tensor = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim][1:]
+        out[value.name] = (ONNX_TO_CONFIG[tensor.elem_type], dims)
+    return out
+
+
+def tensor(name: str, data_type: str, dims: list, reshape_scalar: bool = False) -> str:
+    text = f'{{ name: "{name}" data_type: {data_type} dims: [ {", ".join(str(d) for d in dims)} ]'
+    if reshape_scalar:
+        text += " reshape: { shape: [ ] }"
+    return text + " }"
+
+
+def graph_tensor(io: dict, name: str, rename: str | None = None) -> str:
+    data_type, dims = io[name]
+    if dims == []:  # a (B,) tensor: [1] on the wire, a scalar per request inside
+        return tensor(rename or name, data_type, [1], reshape_scalar=True)
+    return tensor(rename or name, data_type, dims)
+
+
+def params(values: dict) -> str:
+    rows = ",\n  ".join(f'{{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in values.items())
+    return f"parameters [\n  {rows}\n]"
+
+
+CONTROLS = """control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]"""
+
+
+def write(repo: Path, name: str, text: str, files: dict[str, Path] = {}) -> None:
+    folder = repo / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(text.strip() + "\n")
+    for target, source in files.items():
+        shutil.copyfile(source, folder / "1" / target)
+
+
+def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: int, right_context: int,
+          subsampling: int, max_batch: int) -> None:
+    enc = graph_io(onnx_dir / "encoder.onnx")
+    senc = graph_io(onnx_dir / "streaming_encoder.onnx")
+    dec = graph_io(onnx_dir / "decoder.onnx")
+    d_model = enc["encoder_out"][1][-1]
+    mel = enc["speech"][1][-1]
+    window = senc["chunk_xs"][1][0]
+    bidecoder = int("r_hyps_pad_sos_eos" in dec)
+    # Paths in parameters are relative to each model's folder: <repo>/<model>/ -> ../../<model_dir>.
+    model_rel = Path("..") / Path(os.path.relpath(model_dir.resolve(), repo.resolve()))
+    units = model_rel / "units.txt"
+    bpe = model_rel / "bpe.model"
+    shared = {"units": units, "beam_size": beam, "bidecoder": bidecoder, "rescoring": 1}
+    if (model_dir / "bpe.model").exists():
+        shared["bpe_model"] = bpe
+    fbank = {"num_mel_bins": mel, "frame_length_ms": 25, "frame_shift_ms": 10, "sample_rate": 16000}
+    wav_in = [tensor("wav", "TYPE_FP32", [-1]), tensor("wav_lens", "TYPE_INT32", [1])]
+    speech_out = [tensor("speech", "TYPE_FP32", [-1, mel]), tensor("speech_lengths", "TYPE_INT32", [1])]
+    oldest = (f"oldest {{ max_candidate_sequences: 1024 preferred_batch_size: [ 8, 16, 32 ] "
+              f"max_queue_delay_microseconds: 2000 }}")
+
+    write(repo, "feature_extractor", f"""
+name: "feature_extractor"
+backend: "python"
+max_batch_size: {max_batch}
+{params(fbank)}
+input [ {", ".join(wav_in)} ]
+output [ {", ".join(speech_out)} ]
+dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+""")
+    write(repo, "encoder", f"""
+name: "encoder"
+backend: "onnxruntime"
+default_model_filename: "encoder.onnx"
+max_batch_size: {max_batch}
+input [ {graph_tensor(enc, "speech")}, {graph_tensor(enc, "speech_lengths")} ]
+output [
+  {graph_tensor(enc, "encoder_out")}, {graph_tensor(enc, "encoder_out_lens")},
+  {graph_tensor(enc, "ctc_log_probs")}, {graph_tensor(enc, "beam_log_probs")}, {graph_tensor(enc, "beam_log_probs_idx")}
+]
+dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+""", {"encoder.onnx": onnx_dir / "encoder.onnx"})
+    write(repo, "decoder", f"""
+name: "decoder"
+backend: "onnxruntime"
+default_model_filename: "decoder.onnx"
+max_batch_size: {max_batch}
+input [
+  {", ".join(graph_tensor(dec, n) for n in dec if n in ("encoder_out", "encoder_out_lens", "hyps_pad_sos_eos", "hyps_lens_sos", "r_hyps_pad_sos_eos", "ctc_score"))}
+]
+output [ {graph_tensor(dec, "best_index")} ]
+dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+""", {"decoder.onnx": onnx_dir / "decoder.onnx"})
+    write(repo, "scoring", f"""
+name: "scoring"
+backend: "python"
+max_batch_size: {max_batch}
+{params(shared)}
+input [
+  {graph_tensor(enc, "encoder_out")}, {graph_tensor(enc, "encoder_out_lens")},
+  {graph_tensor(enc, "beam_log_probs", "batch_log_probs")}, {graph_tensor(enc, "beam_log_probs_idx", "batch_log_probs_idx")}
+]
+output [ {tensor("OUTPUT0", "TYPE_STRING", [1])} ]
+dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+""")
+    write(repo, "attention_rescoring", f"""
+name: "attention_rescoring"
+platform: "ensemble"
+max_batch_size: {max_batch}
+input [ {tensor("WAV", "TYPE_FP32", [-1])}, {tensor("WAV_LENS", "TYPE_INT32", [1])} ]
+output [ {tensor("TRANSCRIPTS", "TYPE_STRING", [1])} ]
+ensemble_scheduling {{
+  step [
+    {{ model_name: "feature_extractor" model_version: -1
+      input_map {{ key: "wav" value: "WAV" }} input_map {{ key: "wav_lens" value: "WAV_LENS" }}
+      output_map {{ key: "speech" value: "SPEECH" }} output_map {{ key: "speech_lengths" value: "SPEECH_LENGTHS" }} }},
+    {{ model_name: "encoder" model_version: -1
+      input_map {{ key: "speech" value: "SPEECH" }} input_map {{ key: "speech_lengths" value: "SPEECH_LENGTHS" }}
+      output_map {{ key: "encoder_out" value: "encoder_out" }} output_map {{ key: "encoder_out_lens" value: "encoder_out_lens" }}
+      output_map {{ key: "beam_log_probs" value: "beam_log_probs" }} output_map {{ key: "beam_log_probs_idx" value: "beam_log_probs_idx" }} }},
+    {{ model_name: "scoring" model_version: -1
+      input_map {{ key: "encoder_out" value: "encoder_out" }} input_map {{ key: "encoder_out_lens" value: "encoder_out_lens" }}
+      input_map {{ key: "batch_log_probs" value: "beam_log_probs" }} input_map {{ key: "batch_log_probs_idx" value: "beam_log_probs_idx" }}
+      output_map {{ key: "OUTPUT0" value: "TRANSCRIPTS" }} }}
+  ]
+}}
+""")
+    # ---- streaming -------------------------------------------------------------------------------
+    states = []
+    for name in ("offset", "att_cache", "cnn_cache", "cache_mask"):
+        if name in senc:
+            data_type, dims = senc[name]
+            states.append(f'{{ input_name: "{name}" output_name: "r_{name}" data_type: {data_type} '
+                          f'dims: [ {", ".join(str(d) for d in (dims or [1]))} ] '
+                          f'initial_state {{ data_type: {data_type} dims: [ {", ".join(str(d) for d in (dims or [1]))} ] '
+                          f'zero_data: true name: "zeros" }} }}')
+    write(repo, "streaming_encoder", f"""
+name: "streaming_encoder"
+backend: "onnxruntime"
+default_model_filename: "streaming_encoder.onnx"
+max_batch_size: {max_batch}
+input [ {graph_tensor(senc, "chunk_xs")}, {graph_tensor(senc, "chunk_lens")} ]
+output [
+  {graph_tensor(senc, "log_probs")}, {graph_tensor(senc, "log_probs_idx")},
+  {graph_tensor(senc, "chunk_out")}, {graph_tensor(senc, "chunk_out_lens")}
+]
+sequence_batching {{
+  max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}
+  {oldest}
+  state [
+    {(","+chr(10)+"    ").join(states)}
+  ]
+}}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+""", {"streaming_encoder.onnx": onnx_dir / "streaming_encoder.onnx"})
+    write(repo, "streaming_feature_extractor", f"""
+name: "streaming_feature_extractor"
+backend: "python"
+max_batch_size: {max_batch}
+{params({**fbank, "idle_seconds": SEQUENCE_IDLE_US / 1e6})}
+input [ {", ".join(wav_in)} ]
+output [ {", ".join(speech_out)} ]
+sequence_batching {{
+  max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}
+  {oldest}
+  {CONTROLS}
+}}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+""")
+    wenet_params = {**shared, "num_mel_bins": mel, "encoder_output_size": d_model, "chunk_size": chunk_size,
+                    "right_context": right_context, "subsampling_rate": subsampling,
+                    "decoding_window": window, "idle_seconds": SEQUENCE_IDLE_US / 1e6}
+    write(repo, "wenet", f"""
+name: "wenet"
+backend: "python"
+max_batch_size: {max_batch}
+{params(wenet_params)}
+input [ {tensor("speech", "TYPE_FP32", [-1, mel])}, {tensor("speech_lengths", "TYPE_INT32", [1])} ]
+output [ {tensor("OUTPUT0", "TYPE_STRING", [1])} ]
+sequence_batching {{
+  max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}
+  {oldest}
+  {CONTROLS}
+}}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+""")
+    write(repo, "streaming_wenet", f"""
+name: "streaming_wenet"
+platform: "ensemble"
+max_batch_size: {max_batch}
+input [ {tensor("WAV", "TYPE_FP32", [-1])}, {tensor("WAV_LENS", "TYPE_INT32", [1])} ]
+output [ {tensor("TRANSCRIPTS", "TYPE_STRING", [1])} ]
+ensemble_scheduling {{
+  step [
+    {{ model_name: "streaming_feature_extractor" model_version: -1
+      input_map {{ key: "wav" value: "WAV" }} input_map {{ key: "wav_lens" value: "WAV_LENS" }}
+      output_map {{ key: "speech" value: "SPEECH" }} output_map {{ key: "speech_lengths" value: "SPEECH_LENGTHS" }} }},
+    {{ model_name: "wenet" model_version: -1
+      input_map {{ key: "speech" value: "SPEECH" }} input_map {{ key: "speech_lengths" value: "SPEECH_LENGTHS" }}
+      output_map {{ key: "OUTPUT0" value: "TRANSCRIPTS" }} }}
+  ]
+}}
+""")
+    if chunk_size * subsampling + right_context + 1 - subsampling != window:
+        raise SystemExit(f"streaming encoder window {window} does not match chunk_size {chunk_size}, "
+                         f"subsampling {subsampling}, right_context {right_context}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model-dir", type=Path, required=True, help="WeNet-style model folder (units.txt, ...)")
+    p.add_argument("--onnx-dir", type=Path, required=True, help="folder with encoder/streaming_encoder/decoder.onnx")
+    p.add_argument("--out", type=Path, default=ROOT / "model_repo")
+    p.add_argument("--beam", type=int, default=10)
+    p.add_argument("--chunk-size", type=int, default=16, help="encoder frames per streaming chunk")
+    p.add_argument("--right-context", type=int, default=6, help="input frames the subsampling reads ahead")
+    p.add_argument("--subsampling", type=int, default=4)
+    p.add_argument("--max-batch", type=int, default=64)
+    args = p.parse_args()
+    SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
+    build(args.model_dir, args.onnx_dir, args.out, args.beam, args.chunk_size, args.right_context,
+          args.subsampling, args.max_batch)
+    print(f"wrote the ASR pipelines into {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

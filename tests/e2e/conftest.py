@@ -1,0 +1,54 @@
+"""An ASR model repository built from a tiny random U2++ model: export -> build_model_repo -> serve.
+
+The transcripts of a random model are meaningless, but deterministic: the tests check that the pipelines
+work end to end and that streaming results do not depend on chunking, batching or interleaving.
+Tests with real transcripts use the bundled demo model (test_bundled_model.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="building the test model repository needs torch")
+
+from tests.conftest import ROOT  # noqa: E402
+
+CHUNK = 4  # encoder frames per streaming chunk of the tiny model (160 ms)
+LEFT_CHUNKS = 2
+BEAM = 4
+
+
+def _units(vocab: int) -> list[str]:
+    letters = [chr(ord("a") + i) for i in range(vocab - 4)]
+    return ["<blank>", "<unk>", *letters, "▁", "<sos/eos>"]
+
+
+@pytest.fixture(scope="session")
+def asr_repo(tmp_path_factory) -> Path:
+    from asr_server.asr.checkpoint import save_model_dir
+    from asr_server.asr.units import SymbolTable
+    from tests.asr.conftest import VOCAB, tiny_model
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import build_model_repo
+
+    root = tmp_path_factory.mktemp("asr")
+    model_dir = save_model_dir(root / "model", tiny_model(seed=3), SymbolTable(_units(VOCAB)), None)
+    onnx_dir = root / "onnx"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "export_onnx.py"), "--model-dir", str(model_dir),
+         "--out-dir", str(onnx_dir), "--chunk-size", str(CHUNK), "--left-chunks", str(LEFT_CHUNKS),
+         "--beam", str(BEAM)],
+        check=True, capture_output=True, timeout=300,
+    )
+    repo = root / "repo"
+    for name in ("feature_extractor", "scoring", "streaming_feature_extractor", "wenet"):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.py").write_text((ROOT / "model_repo" / name / "1" / "model.py").read_text())
+    build_model_repo.build(model_dir, onnx_dir, repo, beam=BEAM, chunk_size=CHUNK, right_context=6,
+                           subsampling=4, max_batch=32)
+    return repo
