@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -251,10 +252,20 @@ ensemble_scheduling {{
                          f"subsampling {subsampling}, right_context {right_context}")
 
 
+def exports_up_to_date(model_dir: Path, onnx_dir: Path) -> bool:
+    checkpoint = model_dir / "final.pt"
+    graphs = [onnx_dir / f"{name}.onnx" for name in ("encoder", "streaming_encoder", "decoder")]
+    return all(g.exists() and g.stat().st_mtime >= checkpoint.stat().st_mtime for g in graphs)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model-dir", type=Path, required=True, help="WeNet-style model folder (units.txt, ...)")
-    p.add_argument("--onnx-dir", type=Path, required=True, help="folder with encoder/streaming_encoder/decoder.onnx")
+    p.add_argument("--onnx-dir", type=Path, default=None,
+                   help="folder with encoder/streaming_encoder/decoder.onnx (default: MODEL_DIR/onnx)")
+    p.add_argument("--export", action="store_true",
+                   help="first export the graphs from MODEL_DIR's checkpoint with scripts/export_onnx.py "
+                        "(skipped when they are newer than the checkpoint)")
     p.add_argument("--out", type=Path, default=ROOT / "model_repo")
     p.add_argument("--beam", type=int, default=10)
     p.add_argument("--chunk-size", type=int, default=16, help="encoder frames per streaming chunk")
@@ -263,6 +274,12 @@ def main() -> int:
     p.add_argument("--max-batch", type=int, default=64)
     args = p.parse_args()
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
+    onnx_dir = args.onnx_dir or args.model_dir / "onnx"
+    if args.export and not exports_up_to_date(args.model_dir, onnx_dir):
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "export_onnx.py"), "--model-dir", str(args.model_dir),
+                        "--out-dir", str(onnx_dir), "--chunk-size", str(args.chunk_size),
+                        "--beam", str(args.beam)], check=True)
+    args.onnx_dir = onnx_dir
     build(args.model_dir, args.onnx_dir, args.out, args.beam, args.chunk_size, args.right_context,
           args.subsampling, args.max_batch)
     print(f"wrote the ASR pipelines into {args.out}")

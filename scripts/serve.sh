@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/asr-server ] || bash scripts/setup_env.sh
+bash scripts/build_demo_repo.sh  # no-op when the exported graphs are up to date
 exec .venv/bin/asr-server --model-repository model_repo "$@"

@@ -10,3 +10,4 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
 "$VENV/bin/python" -m pip install -q -e ".[dev]"
+PYTHON="$VENV/bin/python" bash scripts/build_demo_repo.sh

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Export the bundled demo model's ONNX graphs (once; they are build outputs, not in git, to keep the
+# repository small) and write the ASR pipelines into model_repo/. Quick when already up to date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+MODEL=models/demo_en
+if [ ! -f "$MODEL/final.pt" ]; then
+  echo "no bundled model in $MODEL: skipping the ASR pipelines" >&2
+  exit 0
+fi
+"$PY" scripts/build_model_repo.py --model-dir "$MODEL" --out model_repo --export
