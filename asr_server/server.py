@@ -84,7 +84,8 @@ class Server:
         if s.allow_http:
             from asr_server.protocol.http_app import make_app
 
-            self.http_port = await self._serve(make_app(self.core, self.runtime), s.http_address, s.http_port)
+            app = make_app(self.core, self.runtime, max_body_bytes=s.max_message_bytes)
+            self.http_port = await self._serve(app, s.http_address, s.http_port)
             log.info("Started HTTPService at %s:%d", s.http_address, self.http_port)
         if s.allow_metrics:
             app = web.Application()
