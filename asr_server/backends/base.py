@@ -125,7 +125,12 @@ def backend_class(name: str) -> type[Backend]:
     except KeyError:
         raise ServerError(f"unknown backend '{name}'") from None
     module_name, _, class_name = target.partition(":")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:  # the backend itself is not written yet (tensorrt, openvino, tensorflow)
+            raise ServerError(f"backend '{name}' is not supported by this server yet") from None
+        raise ServerError(f"backend '{name}' needs the '{exc.name}' package, which is not installed") from None
     return getattr(module, class_name)
 
 

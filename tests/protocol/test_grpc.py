@@ -378,3 +378,21 @@ async def test_system_shared_memory_inputs_and_outputs(repo, running):
             shm.destroy_shared_memory_region(in_handle)
             shm.destroy_shared_memory_region(out_handle)
         await client.close()
+
+
+async def test_model_of_an_unsupported_backend_is_unavailable_with_its_reason(repo, running):
+    engine = repo / "engine"
+    (engine / "1").mkdir(parents=True)
+    (engine / "1" / "model.plan").write_bytes(b"not an engine")
+    (engine / "config.pbtxt").write_text(
+        'name: "engine"\nplatform: "tensorrt_plan"\nmax_batch_size: 4\n'
+        'input [ { name: "X", data_type: TYPE_FP32, dims: [ 3 ] } ]\n'
+        'output [ { name: "Y", data_type: TYPE_FP32, dims: [ 3 ] } ]\n'
+    )
+    async with running(repo, exit_on_error=False) as server:
+        client = client_for(server)
+        index = {m["name"]: m for m in (await client.get_model_repository_index(as_json=True))["models"]}
+        assert index["engine"]["state"] == "UNAVAILABLE"
+        assert "backend 'tensorrt' is not supported by this server yet" in index["engine"]["reason"]
+        assert await client.is_model_ready("add_sub")
+        await client.close()
