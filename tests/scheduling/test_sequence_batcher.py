@@ -231,3 +231,47 @@ async def test_ensemble_with_missing_step_model_is_unavailable(tmp_path: Path, r
         assert index["pipeline"]["state"] == "UNAVAILABLE"
         assert "depends on 'formatter' which has no loaded version" in index["pipeline"]["reason"]
         await client.close()
+
+
+TORCH_ACCUMULATOR_CONFIG = """
+name: "torch_accumulator"
+backend: "pytorch"
+max_batch_size: 16
+input [ { name: "INPUT", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "OUTPUT", data_type: TYPE_FP32, dims: [ 1 ] } ]
+sequence_batching {
+  oldest { max_candidate_sequences: 16 max_queue_delay_microseconds: 2000 }
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 1 ]
+            initial_state { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true name: "zero" } } ]
+}
+"""
+
+
+async def test_implicit_state_with_a_torchscript_model(tmp_path: Path, running, client_of):
+    torch = pytest.importorskip("torch", reason="the pytorch backend needs torch")
+
+    class Accumulate(torch.nn.Module):
+        def forward(self, INPUT: torch.Tensor, STATE_IN: torch.Tensor) -> dict[str, torch.Tensor]:
+            total = STATE_IN + INPUT
+            return {"OUTPUT": total, "STATE_OUT": total}
+
+    model_dir = tmp_path / "torch_accumulator"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "config.pbtxt").write_text(TORCH_ACCUMULATOR_CONFIG)
+    torch.jit.script(Accumulate()).save(str(model_dir / "1" / "model.pt"))
+    requests = [
+        dict(model_name="torch_accumulator", inputs=x_input(seq + 1), request_id=f"{seq}:{step}",
+             sequence_id=70 + seq, sequence_start=step == 0, sequence_end=step == 3)
+        for step in range(4) for seq in range(8)
+    ]
+    async with running(tmp_path, allow_http=False) as server:
+        client = client_of(server)
+        results = await stream_all(client, requests)
+        assert all(e is None for _, e in results), [str(e) for _, e in results if e][:2]
+        got = {r.get_response().id: float(r.as_numpy("OUTPUT")[0, 0]) for r, _ in results}
+        for seq in range(8):
+            for step in range(4):
+                assert got[f"{seq}:{step}"] == (seq + 1) * (step + 1)
+        stats = (await client.get_inference_statistics("torch_accumulator", as_json=True))["model_stats"][0]
+        assert int(stats["execution_count"]) < 32
+        await client.close()
