@@ -105,9 +105,10 @@ class ModelManager:
         except ValueError:
             raise ServerError(f"failed to parse version '{version}' of model '{name}'", ErrorCode.INVALID_ARGUMENT)
         if number not in entry.versions:
-            raise ServerError(
-                f"Request for unknown model: '{name}' version {number} is not at ready state", ErrorCode.NOT_FOUND
-            )
+            # Triton's wording differs for a version the repository has (but does not serve) and one it lacks.
+            present = entry.model_dir is not None and (entry.model_dir / str(number)).is_dir()
+            state = "is not at ready state" if present else "is not found"
+            raise ServerError(f"Request for unknown model: '{name}' version {number} {state}", ErrorCode.NOT_FOUND)
         return entry.versions[number]
 
     def entry(self, name: str) -> ModelEntry:

@@ -145,7 +145,7 @@ async def test_error_cases_have_triton_codes_and_words(repo, running):
         await expect_error(client.infer("nope", add_sub_inputs(a, a, aioclient)), grpc.StatusCode.NOT_FOUND,
                            "Request for unknown model: 'nope' is not found")
         await expect_error(client.infer("add_sub", add_sub_inputs(a, a, aioclient), model_version="7"),
-                           grpc.StatusCode.NOT_FOUND, "'add_sub' version 7")
+                           grpc.StatusCode.NOT_FOUND, "Request for unknown model: 'add_sub' version 7 is not found")
         wrong = aioclient.InferInput("INPUT0", [4], "FP64")
         wrong.set_data_from_numpy(np.ones(4, np.float64))
         ok = aioclient.InferInput("INPUT1", [4], "FP32")
