@@ -16,7 +16,8 @@
 4. for each system: S concurrent streams, each paced at real time in 640 ms chunks and started staggered over
    one chunk, each playing utterances back to back for about --seconds of audio; S = 1, 2, 4, ... while the
    p99 chunk latency (sending a chunk -> its updated partial result) stays under 300 ms, then bisection
-   between the last good and first bad S while the time bound allows;
+   between the last good and first bad S while the time bound allows; a failing S is tried a second time
+   (while time is left) and counts as failed only when both tries fail;
 5. WER of each on all utterances (unpaced, 640 ms chunks): sherpa-onnx decodes with CTC greedy search on
    snip_edges=False fbank; ours with CTC prefix beam search + attention rescoring on snip_edges=True fbank,
    so the two WERs differ for reasons other than serving.
@@ -320,6 +321,11 @@ async def accuracy(make_client, items, concurrency: int = 4) -> float | None:
 def search(name: str, make_client, items, args, deadline: float, rows: dict, server_pid: int) -> tuple[int, str]:
     """Largest S under the p99 budget: doubling, then bisection while time is left. Fills rows[S][name]."""
     def trial(count: int) -> bool:
+        # One stall of the shared machine (another process's checkpoint write) can fail a short trial, so a
+        # failure is confirmed by a second try while time is left; the row keeps the second one.
+        return once(count) or (time_left() and once(count))
+
+    def once(count: int) -> bool:
         wall, server_cpu, client_cpu = time.monotonic(), cpu_seconds(server_pid), cpu_seconds()
         r = asyncio.run(paced(make_client, items, count, args.chunk_ms, args.seconds))
         wall = time.monotonic() - wall
@@ -492,6 +498,13 @@ def main() -> int:
     s_best, o_best = summary.get("sherpa-onnx", (0,))[0], summary.get("asr_server", (0,))[0]
     ratio = f"{o_best / s_best:.2f}x" if s_best else "n/a"
     print(f"ratio asr_server / sherpa-onnx max streams: {ratio}; run took {time.monotonic() - t0:.0f} s")
+    both = [c for c in sorted(rows) if all(n in rows[c] and rows[c][n]["errors"] == 0
+                                           and rows[c][n]["p99_ms"] <= P99_BUDGET_MS for n in names)]
+    if both:  # less noisy than the maxima on a shared machine: server CPU for the same paced load
+        c = both[-1]
+        cpu = [rows[c][n]["server_cpu"] for n in names]
+        print(f"server CPU at S={c} (largest both sustained): sherpa-onnx {cpu[0]:.0f}%, asr_server {cpu[1]:.0f}% "
+              f"of one core; asr_server / sherpa-onnx {cpu[1] / cpu[0]:.2f}x" if cpu[0] > 0 else "")
     print(json.dumps({"sherpa_onnx_version": sherpa_onnx.__version__, "threads": args.threads,
                       "max_streams": {n: summary.get(n, (0,))[0] for n in names}}))
     return 0
