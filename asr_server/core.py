@@ -230,7 +230,7 @@ def validate_request(config: mc.ModelConfig, request: InferRequest) -> None:
         expected = config_to_wire(spec.data_type)
         if tensor.datatype != expected:
             raise invalid_argument(
-                f"inference input '{tensor.name}' data-type is '{tensor.datatype}', but model '{model}' "
+                f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', but model '{model}' "
                 f"expects '{expected}'"
             )
         shape = tensor.shape
@@ -253,7 +253,7 @@ def validate_request(config: mc.ModelConfig, request: InferRequest) -> None:
             full = ([-1] if config.max_batch_size > 0 else []) + list(dims)
             raise invalid_argument(
                 f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
-                f"Expected {_fmt(full)}, got {_fmt(tensor.shape)}"
+                f"Expected {_fmt(full)}, got {_fmt(tensor.shape)}. "
             )
     outputs = {o.name for o in config.output}
     for requested in request.outputs:

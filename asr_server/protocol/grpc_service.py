@@ -151,7 +151,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                         infer_response=converters.response_to_pb(empty, final_flag=True)
                     )
                 continue
-            final_flag = item.final if decoupled else None
+            final_flag = item.final if decoupled else True  # Triton flags every streamed response
             yield pb.ModelStreamInferResponse(
                 infer_response=converters.response_to_pb(
                     item, infer_request.outputs, self.core.shared_memory, final_flag=final_flag
