@@ -24,6 +24,8 @@ from asr_server.types import InferRequest, InferResponse
 
 log = logging.getLogger(__name__)
 
+# Triton 2.51 says this in both 'none' and 'poll' model-control modes.
+LOAD_NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
 SERVER_NAME = "triton"  # clients (perf_analyzer among them) look for Triton's name
 EXTENSIONS = (
     "classification", "sequence", "model_repository", "model_repository(unload_dependents)", "schedule_policy",
@@ -128,18 +130,14 @@ class InferenceCore:
     async def load_model(self, name: str, config_override: Optional[str] = None,
                          files: Optional[dict[str, bytes]] = None) -> None:
         if not self.model_control_explicit:
-            raise ServerError("explicit model load / unload is not allowed if polling is enabled"
-                              if self.poll_enabled else "explicit model load / unload is not allowed in 'none' mode",
-                              ErrorCode.UNAVAILABLE)
+            raise ServerError(LOAD_NOT_ALLOWED, ErrorCode.UNAVAILABLE)
         if files and not config_override:
             raise invalid_argument(f"failed to load '{name}': 'file:' parameters require a 'config' parameter")
         await self.manager.load(name, config_override, files or None)
 
     async def unload_model(self, name: str) -> None:
         if not self.model_control_explicit:
-            raise ServerError("explicit model load / unload is not allowed if polling is enabled"
-                              if self.poll_enabled else "explicit model load / unload is not allowed in 'none' mode",
-                              ErrorCode.UNAVAILABLE)
+            raise ServerError(LOAD_NOT_ALLOWED, ErrorCode.UNAVAILABLE)
         await self.manager.unload(name)
 
     # ---- inference ------------------------------------------------------------------------------

@@ -78,7 +78,9 @@ class HttpService:
 
     async def model_ready(self, request: web.Request) -> web.Response:
         name, version = _model(request)
-        return web.Response(status=200 if self.core.model_ready(name, version) else 400)
+        if self.core.model_ready(name, version):
+            return web.Response(status=200)
+        return json_response({"error": "Model version not ready"}, status=400)  # Triton's body
 
     async def server_metadata(self, request: web.Request) -> web.Response:
         return json_response(self.core.server_metadata())
@@ -195,8 +197,9 @@ class HttpService:
 
     def _trace_model(self, request: web.Request) -> str:
         model = request.match_info.get("model", "")
-        if model:
-            self.core.model_config(model)  # unknown model -> Triton's NOT_FOUND message
+        if model and not self.core.model_ready(model):
+            # Triton answers this route's unknown model with 400 (not 404) and its own wording.
+            raise invalid_argument(f"Request for unknown model : {model}")
         return model
 
 

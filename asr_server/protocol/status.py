@@ -21,7 +21,7 @@ GRPC_STATUS = {
 
 HTTP_STATUS = {
     ErrorCode.INVALID_ARGUMENT: 400,
-    ErrorCode.NOT_FOUND: 400,  # Triton's HTTP endpoint answers 400 for unknown models
+    ErrorCode.NOT_FOUND: 404,  # Triton 2.51 answers 404 for unknown models and versions
     ErrorCode.ALREADY_EXISTS: 409,
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.UNIMPLEMENTED: 501,

@@ -195,9 +195,9 @@ async def test_error_statuses_and_messages(repo, caplog):
     async with Server(settings(repo)) as server:
         client = aioclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
         try:
-            await expect_error(client.infer("nope", add_sub_inputs(A, A)), 400,
+            await expect_error(client.infer("nope", add_sub_inputs(A, A)), 404,
                                "Request for unknown model: 'nope' is not found")
-            await expect_error(client.get_model_metadata("nope"), 400, "Request for unknown model: 'nope' is not found")
+            await expect_error(client.get_model_metadata("nope"), 404, "Request for unknown model: 'nope' is not found")
             wrong = aioclient.InferInput("INPUT0", [4], "FP64")
             wrong.set_data_from_numpy(A.astype(np.float64))
             await expect_error(client.infer("add_sub", [wrong, add_sub_inputs(A, A)[1]]), 400,
@@ -216,7 +216,7 @@ async def test_error_statuses_and_messages(repo, caplog):
             await expect_error(client.get_inference_statistics("nope"), 400, "requested model 'nope' is not available")
             await expect_error(client.load_model("add_sub"), 503, "explicit model load / unload is not allowed")
             await expect_error(client.register_cuda_shared_memory("r", b"aGFuZGxl", 0, 16), 503, "no CUDA device")
-            await expect_error(client.get_system_shared_memory_status("nope"), 400,
+            await expect_error(client.get_system_shared_memory_status("nope"), 404,
                                "Unable to find system shared memory region: 'nope'")
             assert await client.get_cuda_shared_memory_status() == []
             assert await client.is_server_ready()  # nothing above hurt the server
@@ -311,7 +311,7 @@ async def test_logging_and_trace_settings(repo):
             assert (await client.get_trace_settings())["trace_count"] == "-1"
             model = await client.update_trace_settings("add_sub", settings={"trace_count": None})
             assert model["trace_count"] == "-1"
-            await expect_error(client.get_trace_settings("nope"), 400, "Request for unknown model: 'nope' is not found")
+            await expect_error(client.get_trace_settings("nope"), 400, "Request for unknown model : nope")
             await expect_error(client.update_trace_settings(settings={"trace_colour": "red"}), 400, "unknown trace setting")
         finally:
             await client.close()
