@@ -13,21 +13,7 @@ except ImportError:  # real Triton's python stub: make the project importable
 
 from asr_server.asr import serving_config
 from asr_server.asr.pipeline import OfflineScorer
-
-DECODER = "decoder"
-
-
-def run_decoder(inputs, encoder_out, lengths):
-    """BLS call of decoder.onnx -> best_index (B,)."""
-    tensors = [pb_utils.Tensor("encoder_out", encoder_out.astype(np.float32)),
-               pb_utils.Tensor("encoder_out_lens", lengths.reshape(-1, 1).astype(np.int32))]
-    tensors += [pb_utils.Tensor(name, value) for name, value in inputs.feeds().items()]
-    response = pb_utils.InferenceRequest(
-        model_name=DECODER, requested_output_names=["best_index"], inputs=tensors).exec()
-    if response.has_error():
-        raise pb_utils.TritonModelException(response.error().message())
-    return pb_utils.get_output_tensor_by_name(response, "best_index").as_numpy().reshape(-1)
-
+from asr_server.triton_helpers import run_decoder
 
 class TritonPythonModel:
     def initialize(self, args):

@@ -17,10 +17,7 @@ except ImportError:  # real Triton's python stub: make the project importable
 
 from asr_server.asr import serving_config
 from asr_server.asr.pipeline import StreamingFeatures
-
-
-def control(request, name):
-    return pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0]
+from asr_server.triton_helpers import control
 
 
 class TritonPythonModel:

@@ -20,15 +20,11 @@ except ImportError:  # real Triton's python stub: make the project importable
 
 from asr_server.asr import serving_config
 from asr_server.asr.pipeline import EncoderResult, StreamChunk, StreamingScorer
+from asr_server.triton_helpers import control, run_decoder
 
 ENCODER = "streaming_encoder"
-DECODER = "decoder"
 ENCODER_OUTPUTS = ["log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens"]
 MAX_PARALLEL_BLS = 64  # concurrent encoder requests; the encoder's sequence batcher batches them
-
-
-def control(request, name):
-    return pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0]
 
 
 def encode_one(job):
@@ -47,17 +43,6 @@ def encode_one(job):
 
     return EncoderResult(out("log_probs")[0], out("log_probs_idx")[0], out("chunk_out")[0],
                          int(out("chunk_out_lens").reshape(-1)[0]))
-
-
-def run_decoder(inputs, encoder_out, lengths):
-    tensors = [pb_utils.Tensor("encoder_out", encoder_out.astype(np.float32)),
-               pb_utils.Tensor("encoder_out_lens", lengths.reshape(-1, 1).astype(np.int32))]
-    tensors += [pb_utils.Tensor(name, value) for name, value in inputs.feeds().items()]
-    response = pb_utils.InferenceRequest(
-        model_name=DECODER, requested_output_names=["best_index"], inputs=tensors).exec()
-    if response.has_error():
-        raise pb_utils.TritonModelException(response.error().message())
-    return pb_utils.get_output_tensor_by_name(response, "best_index").as_numpy().reshape(-1)
 
 
 class TritonPythonModel:
