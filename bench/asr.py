@@ -24,26 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _server import serve_repository  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 P99_BUDGET_MS = 300.0
-
-
-def run_server(repo: str, port_queue) -> None:
-    import logging
-
-    from asr_server.server import Server
-    from asr_server.settings import ServerSettings
-
-    logging.basicConfig(level=logging.WARNING)
-
-    async def main():
-        settings = ServerSettings(model_repositories=(Path(repo),), grpc_address="127.0.0.1", grpc_port=0,
-                                  allow_http=False, allow_metrics=False)
-        server = Server(settings)
-        await server.start()
-        port_queue.put(server.grpc_port)
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
 
 
 def load_data(folder: Path) -> list[tuple[str, np.ndarray, str]]:
@@ -119,7 +102,7 @@ def main() -> int:
     items = load_data(args.data)
     ctx = mp.get_context("spawn")
     ports = ctx.Queue()
-    proc = ctx.Process(target=run_server, args=(str(args.repo), ports), daemon=True)
+    proc = ctx.Process(target=serve_repository, args=(str(args.repo), ports), daemon=True)
     proc.start()
     try:
         url = f"127.0.0.1:{ports.get(timeout=120)}"

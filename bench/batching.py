@@ -35,6 +35,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _server import serve_repository  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 FEATURES = 256  # input and output width
 MLP_WIDTH = 512  # hidden width
 MLP_LAYERS = 8  # MatMul layers (ReLU between them)
@@ -92,27 +94,6 @@ def write_repo(repo: Path, delay_us: int, instances: int) -> None:
         else:
             (folder / "1").mkdir()
             (folder / "1" / "model.onnx").write_bytes((repo / "mlp_batched" / "1" / "model.onnx").read_bytes())
-
-
-def run_server(repo: str, port_queue) -> None:
-    import logging
-
-    from asr_server.server import Server
-    from asr_server.settings import ServerSettings
-
-    logging.basicConfig(level=logging.WARNING)
-
-    async def main():
-        settings = ServerSettings(
-            model_repositories=(Path(repo),), grpc_address="127.0.0.1", grpc_port=0,
-            allow_http=False, allow_metrics=False,
-        )
-        server = Server(settings)
-        await server.start()
-        port_queue.put(server.grpc_port)
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
 
 
 def process_cpu_s(pid: int) -> float:
@@ -189,7 +170,7 @@ def main() -> int:
         write_repo(repo, args.delay_us, args.instances)
         ctx = mp.get_context("spawn")
         ports = ctx.Queue()
-        proc = ctx.Process(target=run_server, args=(str(repo), ports), daemon=True)
+        proc = ctx.Process(target=serve_repository, args=(str(repo), ports), daemon=True)
         proc.start()
         try:
             port = ports.get(timeout=60)

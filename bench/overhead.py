@@ -25,6 +25,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _server import serve_repository  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 CONFIG = """
 name: "identity"
 backend: "onnxruntime"
@@ -53,27 +55,6 @@ def run_echo_server(port_queue) -> None:
         port_queue.put(server.add_insecure_port("127.0.0.1:0"))
         await server.start()
         await server.wait_for_termination()
-
-    asyncio.run(main())
-
-
-def run_our_server(repo: str, port_queue) -> None:
-    import logging
-
-    from asr_server.server import Server
-    from asr_server.settings import ServerSettings
-
-    logging.basicConfig(level=logging.WARNING)
-
-    async def main():
-        settings = ServerSettings(
-            model_repositories=(Path(repo),), grpc_address="127.0.0.1", grpc_port=0,
-            allow_http=False, allow_metrics=False,
-        )
-        server = Server(settings)
-        await server.start()
-        port_queue.put(server.grpc_port)
-        await asyncio.Event().wait()
 
     asyncio.run(main())
 
@@ -123,7 +104,7 @@ def main() -> int:
         (repo / "identity" / "config.pbtxt").write_text(CONFIG)
         identity_model(repo / "identity" / "1" / "model.onnx", shape=["batch", 16])
         ctx = mp.get_context("spawn")
-        servers = {"raw grpcio echo": (run_echo_server, ()), "asr_server": (run_our_server, (str(repo),))}
+        servers = {"raw grpcio echo": (run_echo_server, ()), "asr_server": (serve_repository, (str(repo),))}
         procs, clients = [], {}
         try:
             for label, (target, extra) in servers.items():
