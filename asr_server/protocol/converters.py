@@ -12,7 +12,6 @@ import struct
 from typing import Any, Optional
 
 import numpy as np
-from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 
 from asr_server.core import ModelMetadata
@@ -245,7 +244,3 @@ def config_override_json(params) -> Optional[str]:
     if "config" in params:
         return params["config"].string_param
     return None
-
-
-def message_to_dict(message) -> dict:
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)

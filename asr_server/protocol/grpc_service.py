@@ -12,7 +12,6 @@ import logging
 from typing import AsyncIterator
 
 import grpc
-from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
@@ -275,10 +274,6 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         for key, values in current.items():
             response.settings[key].value.extend(values)
         return response
-
-
-def config_json(config) -> str:
-    return json_format.MessageToJson(config, preserving_proto_field_name=True)
 
 
 def add_to_server(server: grpc.aio.Server, core: InferenceCore, settings: RuntimeSettings) -> InferenceService:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from typing import Optional
 
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.scheduling.instances import InstancePool
@@ -55,10 +54,6 @@ class Scheduler(abc.ABC):
     @property
     def queued(self) -> int:
         return 0
-
-    @property
-    def pending_count(self) -> Optional[int]:
-        return self.queued
 
 
 class DirectScheduler(Scheduler):
