@@ -99,7 +99,7 @@ def tensor_bytes(tensor: Tensor) -> bytes:
 
 
 # ---- requests -----------------------------------------------------------------------------------
-def _decode_raw(raw: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+def decode_raw(raw: bytes, datatype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
     count = math.prod(shape)
     if datatype == "BYTES":
         return deserialize_bytes(raw, count, name).reshape(shape)
@@ -151,9 +151,9 @@ def request_from_pb(message: pb.ModelInferRequest, shm: Optional[SharedMemoryReg
                 int(tensor_params.get("shared_memory_offset", 0)),
                 int(tensor_params["shared_memory_byte_size"]),
             )
-            array = _decode_raw(data, tensor.datatype, shape, tensor.name)
+            array = decode_raw(data, tensor.datatype, shape, tensor.name)
         elif raw:
-            array = _decode_raw(raw[index], tensor.datatype, shape, tensor.name)
+            array = decode_raw(raw[index], tensor.datatype, shape, tensor.name)
         else:
             array = _decode_contents(tensor.contents, tensor.datatype, shape, tensor.name)
         rest = {k: v for k, v in tensor_params.items() if k not in SHM_KEYS}

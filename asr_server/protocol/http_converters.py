@@ -288,7 +288,7 @@ def _input_from_json(item: dict, binary: memoryview, shm: Optional[SharedMemoryR
             _json_int(params.get("shared_memory_offset", 0), "shared_memory_offset"),
             _json_int(params.get("shared_memory_byte_size"), "shared_memory_byte_size"),
         )
-        return Tensor(name, datatype, converters._decode_raw(data, datatype, shape, name), rest), 0
+        return Tensor(name, datatype, converters.decode_raw(data, datatype, shape, name), rest), 0
     if "binary_data_size" in params:
         size = _json_int(params["binary_data_size"], "binary_data_size")
         if size > len(binary):
@@ -296,7 +296,7 @@ def _input_from_json(item: dict, binary: memoryview, shm: Optional[SharedMemoryR
                 f"unexpected size for input '{name}': binary_data_size {size} exceeds the remaining "
                 f"{len(binary)} bytes of binary data"
             )
-        array = converters._decode_raw(binary[:size], datatype, shape, name)  # a view: no copy of the body
+        array = converters.decode_raw(binary[:size], datatype, shape, name)  # a view: no copy of the body
         return Tensor(name, datatype, array, rest), size
     if "data" not in item:
         raise invalid_argument(f"expected 'data' or a 'binary_data_size' parameter for input '{name}'")
