@@ -222,7 +222,7 @@ backend: "python"
 max_batch_size: {max_batch}
 {params(wenet_params)}
 input [ {tensor("speech", "TYPE_FP32", [-1, mel])}, {tensor("speech_lengths", "TYPE_INT32", [1])} ]
-output [ {tensor("OUTPUT0", "TYPE_STRING", [1])} ]
+output [ {tensor("OUTPUT0", "TYPE_STRING", [1], reshape_scalar=True)} ]
 sequence_batching {{
   max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}
   {oldest}

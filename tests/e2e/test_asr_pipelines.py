@@ -51,7 +51,7 @@ async def stream(client, samples: np.ndarray, sizes, sequence_id: int) -> list[s
     texts = []
     async for result, error in client.stream_infer(requests()):
         assert error is None, error
-        texts.append(result.as_numpy("TRANSCRIPTS")[0, 0].decode())
+        texts.append(result.as_numpy("TRANSCRIPTS")[0].decode())  # [1], as WeNet's streaming model answers
         if len(texts) == len(pieces):
             break
     return texts
@@ -85,6 +85,29 @@ async def test_streaming_result_does_not_depend_on_chunk_sizes(client):
         assert len(texts) == len(chunks_of(samples, sizes))
         finals[label] = texts[-1]
     assert len(set(finals.values())) == 1, finals
+
+
+async def test_wenet_streaming_client_request_pattern(client):
+    """What WeNet's runtime/gpu/client/speech_client.py sends: unary ModelInfer with a sequence id, the first
+    chunk 11040 samples and the others 10240, each zero-padded to that size with WAV_LENS the real count;
+    it reads each answer with `as_numpy("TRANSCRIPTS")[0].decode("utf-8")`."""
+    samples = utterance(11, 2.5)
+    pieces = chunks_of(samples, [11040, 10240])
+    texts = []
+    for i, piece in enumerate(pieces):
+        padded = np.zeros(11040 if i == 0 else 10240, dtype=np.float32)
+        padded[:piece.size] = piece
+        wav = aioclient.InferInput("WAV", [1, padded.size], "FP32")
+        wav.set_data_from_numpy(padded[None])
+        lens = aioclient.InferInput("WAV_LENS", [1, 1], "INT32")
+        lens.set_data_from_numpy(np.array([[piece.size]], dtype=np.int32))
+        result = await client.infer("streaming_wenet", [wav, lens], sequence_id=10086, sequence_start=i == 0,
+                                    sequence_end=i == len(pieces) - 1,
+                                    outputs=[aioclient.InferRequestedOutput("TRANSCRIPTS")])
+        assert result.as_numpy("TRANSCRIPTS").shape == (1,)
+        texts.append(result.as_numpy("TRANSCRIPTS")[0].decode("utf-8"))
+    # zero padding past WAV_LENS is ignored: the same final as streaming the bare samples
+    assert texts[-1] == (await stream(client, samples, [11040, 10240], sequence_id=10087))[-1]
 
 
 async def test_twenty_interleaved_streams_match_single_runs(client):

@@ -83,7 +83,9 @@ class TritonPythonModel:
                     responses[i] = pb_utils.InferenceResponse(error=error)
                 return responses
             for i, text in zip(slots, texts):
-                out = np.array([[text.encode("utf-8")]], dtype=np.object_)
+                # A scalar, as WeNet's model returns it: with the config's `reshape { shape: [ ] }` clients see
+                # TRANSCRIPTS as [1], which WeNet's streaming client reads with `as_numpy(...)[0].decode()`.
+                out = np.array(text.encode("utf-8"), dtype=np.object_)
                 responses[i] = pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)])
         return responses
 
