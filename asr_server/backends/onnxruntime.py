@@ -18,12 +18,12 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server import dtypes
 from asr_server.backends.base import Backend, ExecuteResult, context_parameters
+from asr_server.backends.reshape import WILDCARD_DIM, to_client_shape, to_model_shape
 from asr_server.errors import ErrorCode, ServerError, internal, invalid_argument
 from asr_server.types import InferRequest, InferResponse, ResponseSink, Tensor
 
 log = logging.getLogger(__name__)
 
-WILDCARD_DIM = -1
 # max_batch_size Triton's onnxruntime backend gives a model whose tensors all have a dynamic first dim
 # (its `default-max-batch-size` backend setting).
 AUTO_MAX_BATCH_SIZE = 4
@@ -124,7 +124,7 @@ class TensorBatchBackend(Backend):
             array = tensor.data
             if name in reshapes:
                 io = reshapes[name]
-                array = _reshape(array, io.dims, io.reshape.shape, self._batching, name)
+                array = to_model_shape(array, io, self._batching)
             feeds[name] = self._prepare_input(name, array)
         return feeds
 
@@ -161,7 +161,7 @@ class TensorBatchBackend(Backend):
         """Model output -> wire form: config dims instead of `reshape`, BYTES as object arrays of bytes."""
         io = self._output_reshapes.get(name)
         if io is not None:
-            array = _reshape(array, io.reshape.shape, io.dims, self._batching, name)
+            array = to_client_shape(array, io, self._batching)
         if array.dtype.kind in ("U", "S", "O"):
             array = _as_bytes_array(array)
         return array
@@ -204,26 +204,6 @@ def _split(outputs: Mapping[str, np.ndarray], batch_sizes: Sequence[int]) -> lis
         for position, (start, stop) in enumerate(zip(offsets[:-1], offsets[1:])):
             per_request[position][name] = array[start:stop]
     return per_request
-
-
-def _reshape(
-    array: np.ndarray, from_dims: Sequence[int], to_dims: Sequence[int], batching: bool, name: str
-) -> np.ndarray:
-    """Reshape from one declared shape to another (config dims <-> `reshape.shape`).
-
-    Variable-size (-1) dims take their sizes, in order, from the array's dims where `from_dims` has -1;
-    validation made both sides agree on the fixed stretches between them. The batch dim is kept.
-    """
-    batch = array.shape[:1] if batching else ()
-    actual = array.shape[1:] if batching else array.shape
-    variable_sizes = [size for size, dim in zip(actual, from_dims) if dim == WILDCARD_DIM]
-    target = [variable_sizes.pop(0) if dim == WILDCARD_DIM and variable_sizes else dim for dim in to_dims]
-    try:
-        return array.reshape(*batch, *target)
-    except ValueError:
-        raise invalid_argument(
-            f"unable to reshape '{name}' of shape {list(array.shape)} to {list(to_dims)}"
-        ) from None
 
 
 def _as_bytes_array(array: np.ndarray) -> np.ndarray:

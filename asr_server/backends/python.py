@@ -29,6 +29,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from asr_server import types
 from asr_server.backends import triton_python_backend_utils as pb_utils
 from asr_server.backends.base import Backend, ExecuteResult, ModelContext
+from asr_server.backends.reshape import to_client_shape, to_model_shape
 from asr_server.dtypes import wire_name
 from asr_server.errors import ErrorCode, ServerError, internal
 from asr_server.types import InferRequest, InferResponse, ResponseSink
@@ -381,6 +382,11 @@ class PythonBackend(Backend):
         self._module: Optional[pytypes.ModuleType] = None
         self._model: Any = None
         self._output_names = [output.name for output in context.config.output]
+        # Triton hands python models their inputs in the config's `reshape` shape, and reports outputs in
+        # the config's dims: the inputs and outputs that carry a reshape, by name.
+        self._batching = context.config.max_batch_size > 0
+        self._input_reshapes = {io.name: io for io in context.config.input if io.HasField("reshape")}
+        self._output_reshapes = {io.name: io for io in context.config.output if io.HasField("reshape")}
 
     # ---- configuration
 
@@ -515,7 +521,7 @@ class PythonBackend(Backend):
     def _pb_request(self, request: InferRequest, sender: pb_utils.InferenceResponseSender) -> pb_utils.InferenceRequest:
         requested = [output.name for output in request.outputs] or list(self._output_names)
         return pb_utils.InferenceRequest._received(
-            inputs=[pb_tensor(t) for t in request.inputs],
+            inputs=[self._model_input(t) for t in request.inputs],
             requested_output_names=requested,
             model_name=self.context.name,
             model_version=self.context.version,
@@ -528,6 +534,18 @@ class PythonBackend(Backend):
             response_sender=sender,
             route=self._route,
         )
+
+    def _model_input(self, tensor: types.Tensor) -> pb_utils.Tensor:
+        io = self._input_reshapes.get(tensor.name)
+        if io is None:
+            return pb_tensor(tensor)
+        return pb_utils.Tensor(tensor.name, to_model_shape(tensor.data, io, self._batching))
+
+    def _client_output(self, tensor: types.Tensor) -> types.Tensor:
+        io = self._output_reshapes.get(tensor.name)
+        if io is None:
+            return tensor
+        return types.Tensor(tensor.name, tensor.datatype, to_client_shape(tensor.data, io, self._batching))
 
     def _sender(
         self,
@@ -558,7 +576,7 @@ class PythonBackend(Backend):
         if response.has_error():
             return server_error(response.error())
         try:
-            outputs = [server_tensor(t) for t in response.output_tensors()]
+            outputs = [self._client_output(server_tensor(t)) for t in response.output_tensors()]
         except (ValueError, TypeError) as exc:
             return internal(f"model '{self.context.name}' produced an invalid output: {exc}")
         return InferResponse(

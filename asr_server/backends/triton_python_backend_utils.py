@@ -234,7 +234,8 @@ class Tensor:
         if numpy_to_triton_type(array.dtype) is None:
             raise TritonModelException(f"tensor '{name}': numpy dtype {array.dtype} has no Triton datatype")
         self._name = str(name)
-        self._array = np.ascontiguousarray(array)
+        # Not np.ascontiguousarray: it turns a 0-d array into 1-d, and Triton keeps a 0-d output 0-d.
+        self._array = array if array.flags.c_contiguous else np.array(array, order="C")
 
     def name(self) -> str:
         return self._name

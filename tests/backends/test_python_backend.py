@@ -294,6 +294,46 @@ def test_execute_returning_a_non_list_fails_each_request(tmp_path: Path) -> None
         backend.unload()
 
 
+def test_reshape_applies_to_python_models_as_in_triton(tmp_path: Path) -> None:
+    """Seen on real Triton 2.51: a python model gets inputs in their `reshape` shape ([2, 1] -> (2,)), and an
+    output with `reshape { shape: [] }` is reported in the config dims: (2,) -> [2, 1], a 0-d array -> [1]
+    (WeNet's streaming scorer returns its transcript so)."""
+    model_dir, _ = write_model(
+        tmp_path,
+        "reshaper",
+        "import numpy as np\n"
+        "import triton_python_backend_utils as pb_utils\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        out = []\n"
+        "        for r in requests:\n"
+        "            x = pb_utils.get_input_tensor_by_name(r, 'IN').as_numpy()\n"
+        "            out.append(pb_utils.InferenceResponse([\n"
+        "                pb_utils.Tensor('SEEN', np.array(x.shape, dtype=np.int64)),\n"
+        "                pb_utils.Tensor('PER_ITEM', np.array([b'a'] * x.shape[0], dtype=np.object_)),\n"
+        "                pb_utils.Tensor('SCALAR', np.array(b'b', dtype=np.object_))]))\n"
+        "        return out\n",
+    )
+    config = text_format.Parse(
+        'name: "reshaper" backend: "python" max_batch_size: 8 '
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] reshape { shape: [ ] } } ] '
+        'output [ { name: "SEEN" data_type: TYPE_INT64 dims: [ -1 ] }, '
+        '{ name: "PER_ITEM" data_type: TYPE_STRING dims: [ 1 ] reshape { shape: [ ] } }, '
+        '{ name: "SCALAR" data_type: TYPE_STRING dims: [ 1 ] reshape { shape: [ ] } } ]',
+        mc.ModelConfig(),
+    )
+    backend = PythonBackend(make_context(model_dir, config=config))
+    backend.load()
+    try:
+        [result] = backend.execute([request("reshaper", Tensor("IN", "INT32", np.zeros((2, 1), np.int32)))])
+        assert result.output("SEEN").data.tolist() == [2]
+        assert result.output("PER_ITEM").data.shape == (2, 1)
+        assert result.output("SCALAR").data.shape == (1,)
+        assert result.output("SCALAR").data[0] == b"b"
+    finally:
+        backend.unload()
+
+
 # ---- instances and lifecycle
 
 
