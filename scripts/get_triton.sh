@@ -6,8 +6,11 @@
 # and skip otherwise. Idempotent; prints where tritonserver is.
 #
 # The stub embeds Debian's libpython3.X in isolated mode (it ignores PYTHONPATH), and its sys.path ends with
-# the backend directory; numpy is linked there from the venv, so unmodified Triton python models that import
-# numpy load without an EXECUTION_ENV_PATH in their config.
+# the backend directory. What the python models need is installed into stub_site/ (numpy<2, and the ASR
+# models' runtime packages: kaldi-native-fbank, sentencepiece, numba, plus onnxruntime for the test-only
+# python shim of the ONNX models) and linked into that directory with this project's asr_server package, the
+# way a Triton image with `pip install asr-server` would see them; so unmodified Triton python models, and
+# model_repo's ASR python models, load without an EXECUTION_ENV_PATH in their config.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=.tools/triton
@@ -33,9 +36,20 @@ if [ ! -f "$DEST/.ready" ]; then
   cp "$DIST/backends/python/libtriton_python.so" "$DIST/backends/python/triton_python_backend_utils.py" \
     "$DEST/backends/python/"
   cp "$DIST/python_backend_stubs/$PYVER/triton_python_backend_stub" "$DEST/backends/python/"
-  ln -s "$(realpath "$SITE/numpy")" "$DEST/backends/python/numpy"
   ln -s "$(realpath "$DIST/bin/tritonserver")" "$DEST/tritonserver"
   ln -s "$(realpath "$SITE/nvidia_pytriton.libs")" "$DEST/lib"
   touch "$DEST/.ready"
+fi
+if [ ! -f "$DEST/.stub_site_ready" ]; then
+  rm -rf "$DEST/stub_site"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --target "$DEST/stub_site" "numpy<2" \
+    kaldi-native-fbank sentencepiece numba onnxruntime >"$DEST/pip_stub.log" 2>&1 \
+    || { cat "$DEST/pip_stub.log" >&2; exit 1; }
+  for entry in "$DEST"/stub_site/*; do
+    case "$(basename "$entry")" in bin|*.dist-info|__pycache__) continue ;; esac
+    ln -sfn "$(realpath "$entry")" "$DEST/backends/python/$(basename "$entry")"
+  done
+  ln -sfn "$(realpath asr_server)" "$DEST/backends/python/asr_server"
+  touch "$DEST/.stub_site_ready"
 fi
 echo "tritonserver ready: $(realpath "$DEST/tritonserver") (backends: $DEST/backends, LD_LIBRARY_PATH=$(realpath "$DEST/lib"))"
