@@ -25,12 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from asr_server.asr.checkpoint import LoadedModel, load_model_dir  # noqa: E402
+from asr_server.asr import ctc_search, rescoring  # noqa: E402
 from asr_server.asr.features import fbank  # noqa: E402
-
-try:  # written by another engineer; the fallback keeps this script usable without it
-    from asr_server.asr import ctc_search, rescoring
-except ImportError:  # pragma: no cover
-    ctc_search = rescoring = None
 
 
 def edit_distance(ref: list[str], hyp: list[str]) -> int:
@@ -189,9 +185,6 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     ap.add_argument("--show", type=int, default=0, help="print this many hyp/ref pairs per split")
     args = ap.parse_args(argv)
-    if ctc_search is None:
-        print("asr_server.asr.ctc_search is missing", file=sys.stderr)
-        return 2
     torch.set_num_threads(args.threads)
     lm = load_model_dir(args.model)
     dec = Decoder(lm, args.beam)

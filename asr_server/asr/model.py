@@ -129,13 +129,14 @@ class U2Model(nn.Module):
 
     # ---------------------------------------------------------------- training
     def forward(self, speech: torch.Tensor, speech_lengths: torch.Tensor, text: torch.Tensor,
-                text_lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+                text_lengths: torch.Tensor, decoding_chunk_size: int = 0) -> dict[str, torch.Tensor]:
         """speech (B, T, input_dim), speech_lengths (B,), text (B, L) padded with IGNORE_ID, text_lengths (B,).
 
-        returns {"loss", "loss_ctc", "loss_att"} (scalars); the encoder draws a random chunk per batch when
-        ``use_dynamic_chunk`` is on and the model is in training mode.
+        returns {"loss", "loss_ctc", "loss_att"} (scalars). With ``decoding_chunk_size`` 0 the encoder draws a
+        random chunk per batch when ``use_dynamic_chunk`` is on and the model is in training mode; -1 trains
+        full context (a curriculum's first phase), >0 a fixed chunk.
         """
-        enc, masks = self.encoder(speech, speech_lengths)
+        enc, masks = self.encoder(speech, speech_lengths, decoding_chunk_size)
         enc_lens = masks.squeeze(1).sum(1)
         cfg = self.model_cfg
         loss_ctc = self.ctc(enc, enc_lens, text, text_lengths) if cfg.ctc_weight > 0 else enc.new_zeros(())

@@ -1,0 +1,80 @@
+"""scripts/train.py on a tiny corpus and model: it learns, writes a WeNet-style model dir, and a run that is
+interrupted and resumed from its checkpoint ends with exactly the weights of an uninterrupted run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+torch = pytest.importorskip("torch", reason="training needs torch")
+
+from tests.conftest import ROOT  # noqa: E402
+
+SENTENCES = ["one two three", "four five six", "seven eight nine", "zero one two", "three four five",
+             "six seven eight", "nine zero one", "two three four"]
+TINY = ["--d-model", "32", "--heads", "2", "--ffn", "64", "--blocks", "1", "--dec-blocks", "1", "--kernel", "3",
+        "--bpe-size", "30", "--batch", "4", "--threads", "1", "--save-minutes", "0", "--warmup", "2"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """Eight utterances of tones whose pitches follow the words, so there is something to learn."""
+    root = tmp_path_factory.mktemp("corpus")
+    rate = 16000
+    scp, text = [], []
+    for i, sentence in enumerate(SENTENCES):
+        pieces = []
+        for word in sentence.split():
+            t = np.arange(int(0.25 * rate)) / rate
+            pieces.append(0.3 * np.sin(2 * np.pi * (200 + 40 * len(word) + 7 * ord(word[0])) * t))
+            pieces.append(np.zeros(int(0.05 * rate)))
+        path = root / f"u{i}.wav"
+        sf.write(path, np.concatenate(pieces).astype(np.float32), rate)
+        scp.append(f"u{i} {path}\n")
+        text.append(f"u{i} {sentence}\n")
+    (root / "wav.scp").write_text("".join(scp))
+    (root / "text").write_text("".join(text))
+    return root
+
+
+def train(corpus: Path, exp: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--data", str(corpus),
+                           "--exp", str(exp), *TINY, *extra], capture_output=True, text=True, timeout=300)
+
+
+def weights(exp: Path) -> dict:
+    return torch.load(exp / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]
+
+
+def test_resumed_run_equals_uninterrupted_run(corpus: Path, tmp_path: Path) -> None:
+    whole = train(corpus, tmp_path / "whole", "--max-steps", "6", "--curriculum-steps", "2")
+    assert whole.returncode == 0, whole.stderr
+    first = train(corpus, tmp_path / "parts", "--max-steps", "3", "--curriculum-steps", "2")
+    assert first.returncode == 0, first.stderr
+    rest = train(corpus, tmp_path / "parts", "--max-steps", "6", "--curriculum-steps", "2")
+    assert rest.returncode == 0, rest.stderr
+    assert "resumed at step 3" in rest.stderr
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "parts")
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+    log = (tmp_path / "parts" / "train_log.tsv").read_text().splitlines()
+    assert [row.split("\t")[0] for row in log[1:]] == [str(s) for s in range(1, 7)]
+
+
+def test_training_lowers_the_loss_and_writes_a_wenet_model_dir(corpus: Path, tmp_path: Path) -> None:
+    from asr_server.asr.checkpoint import load_model_dir
+
+    run = train(corpus, tmp_path / "exp", "--max-steps", "60", "--curriculum-steps", "60", "--lr", "5e-3", "--dropout", "0")
+    assert run.returncode == 0, run.stderr
+    rows = [row.split("\t") for row in (tmp_path / "exp" / "train_log.tsv").read_text().splitlines()[1:]]
+    losses = [float(r[2]) for r in rows]
+    assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5])
+    loaded = load_model_dir(tmp_path / "exp" / "final")
+    assert loaded.model.encoder_cfg.output_size == 32
+    assert (tmp_path / "exp" / "final" / "units.txt").exists()
