@@ -13,8 +13,6 @@ onnxruntime, tensorrt and pytorch backends only.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,19 +20,16 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from client.audio import load_audio
-from tests.conftest import BUNDLED_REPO, ROOT
+from tests.conftest import ROOT
 from tests.helpers import real_triton as rt
-from tests.helpers.onnx_python_shim import as_python_model
+from tests.helpers.asr_repos import exported, offline_repo
 
-MODEL_DIR = ROOT / "models" / "demo_en"
-ONNX_DIR = MODEL_DIR / "onnx"
 DATA = ROOT / "tests" / "data" / "demo_utts"
-PYTHON_MODELS = ("feature_extractor", "scoring")
 START_S = 60  # five python stubs importing numba take a few seconds each
 
 pytestmark = [
     pytest.mark.skipif(not rt.available(), reason=rt.SKIP_REASON),
-    pytest.mark.skipif(not (ONNX_DIR / "encoder.onnx").exists(),
+    pytest.mark.skipif(not exported(),
                        reason="the bundled model's graphs are not exported: run bash scripts/build_demo_repo.sh"),
     pytest.mark.timeout(240),
 ]
@@ -42,23 +37,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def repos(tmp_path_factory) -> dict[str, Path]:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import build_model_repo
-
-    out = {}
-    for kind in ("shim", "onnxruntime"):
-        repo = tmp_path_factory.mktemp(kind)
-        build_model_repo.build(MODEL_DIR, ONNX_DIR, repo, beam=10, chunk_size=16, right_context=6, subsampling=4,
-                               max_batch=64)
-        for name in ("streaming_encoder", "streaming_feature_extractor", "wenet", "streaming_wenet"):
-            shutil.rmtree(repo / name)
-        for name in PYTHON_MODELS:
-            shutil.copyfile(BUNDLED_REPO / name / "1" / "model.py", repo / name / "1" / "model.py")
-        if kind == "shim":
-            for name in ("encoder", "decoder"):
-                as_python_model(repo / name)
-        out[kind] = repo
-    return out
+    return {"shim": offline_repo(tmp_path_factory.mktemp("shim"), onnx_as_python=True),
+            "onnxruntime": offline_repo(tmp_path_factory.mktemp("onnxruntime"), onnx_as_python=False)}
 
 
 def utterances() -> list[tuple[str, np.ndarray]]:
