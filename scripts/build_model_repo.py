@@ -105,7 +105,7 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
 name: "feature_extractor"
 backend: "python"
 max_batch_size: {max_batch}
-{params(fbank)}
+{params({**fbank, "min_frames": right_context + 1})}
 input [ {", ".join(wav_in)} ]
 output [ {", ".join(speech_out)} ]
 dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}

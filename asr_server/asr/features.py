@@ -55,6 +55,19 @@ class FbankConfig:
         return opts
 
 
+def checked_waveform(samples: np.ndarray, length: int) -> np.ndarray:
+    """The first `length` samples of a request's audio, or ValueError in the client's terms (WAV, WAV_LENS).
+
+    samples: (N,) the WAV row as sent (WeNet's client zero-pads chunks to a fixed size); length: its WAV_LENS.
+    """
+    if not 0 <= length <= samples.size:
+        raise ValueError(f"WAV_LENS is {length}, outside [0, {samples.size}] (the samples sent in WAV)")
+    valid = samples[:length]
+    if not np.isfinite(valid).all():
+        raise ValueError("WAV holds NaN or infinite samples")
+    return valid
+
+
 def fbank(waveform: np.ndarray, config: FbankConfig = FbankConfig()) -> np.ndarray:
     """Fbank of one utterance.
 

@@ -167,3 +167,54 @@ async def test_abandoned_stream_is_cleaned_up(client):
 def python_model(server, name: str):
     """The TritonPythonModel object of a python model's (first) instance."""
     return server.manager.get(name).pool.instances[0].backend._model
+
+
+async def test_bad_audio_fails_alone_in_tritons_words(client):
+    from tritonclient.utils import InferenceServerException
+
+    good = utterance(21, 1.5)
+    alone = (await client.infer("attention_rescoring", wav_inputs(good))).as_numpy("TRANSCRIPTS")[0, 0]
+    nan = good.copy()
+    nan[100] = np.nan
+    wrong_length = wav_inputs(good)
+    wrong_length[1].set_data_from_numpy(np.array([[good.size + 1]], dtype=np.int32))
+    results = await asyncio.gather(client.infer("attention_rescoring", wav_inputs(nan)),
+                                   client.infer("attention_rescoring", wrong_length),
+                                   client.infer("attention_rescoring", wav_inputs(good)), return_exceptions=True)
+    for error, text in zip(results[:2], ("WAV holds NaN or infinite samples", f"WAV_LENS is {good.size + 1}")):
+        assert isinstance(error, InferenceServerException), error
+        assert error.status() == "StatusCode.INVALID_ARGUMENT"
+        assert text in error.message()
+    assert results[2].as_numpy("TRANSCRIPTS")[0, 0] == alone  # its batch neighbours' errors did not touch it
+    # audio too short for one encoder frame (even none) is an empty transcript, not an error
+    for samples in (np.zeros(0, np.float32), good[:100]):
+        assert (await client.infer("attention_rescoring", wav_inputs(samples))).as_numpy("TRANSCRIPTS")[0, 0] == b""
+
+
+async def test_a_bad_chunk_fails_alone_and_its_stream_goes_on(client):
+    samples = utterance(22, 2.0)
+    pieces = chunks_of(samples, [6400])
+    clean = await stream(client, samples, [6400], sequence_id=3131)
+
+    async def requests():
+        for i, piece in enumerate(pieces):
+            if i == 1:  # a broken chunk in the middle: WAV_LENS larger than WAV
+                bad = wav_inputs(piece)
+                bad[1].set_data_from_numpy(np.array([[piece.size + 5]], dtype=np.int32))
+                yield dict(model_name="streaming_wenet", inputs=bad, sequence_id=3132, sequence_start=False,
+                           sequence_end=False)
+            yield dict(model_name="streaming_wenet", inputs=wav_inputs(piece), sequence_id=3132,
+                       sequence_start=i == 0, sequence_end=i == len(pieces) - 1)
+
+    texts, errors = [], []
+    async for result, error in client.stream_infer(requests()):
+        if error is not None:
+            errors.append(error)
+        else:
+            texts.append(result.as_numpy("TRANSCRIPTS")[0].decode())
+        if len(texts) + len(errors) == len(pieces) + 1:
+            break
+    assert len(errors) == 1 and "WAV_LENS is" in errors[0].message()
+    assert texts == clean
+    for name in ("wenet", "streaming_encoder", "streaming_feature_extractor"):
+        assert client.server.manager.get(name).scheduler.sequences == {}

@@ -16,22 +16,34 @@ except ImportError:  # real Triton's python stub: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from asr_server.asr import serving_config
-from asr_server.asr.features import fbank
+from asr_server.asr.features import checked_waveform, fbank
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        self.config = serving_config.fbank_config(serving_config.parameters(args))
+        params = serving_config.parameters(args)
+        self.config = serving_config.fbank_config(params)
+        # The encoder's subsampling needs this many frames; shorter audio is padded (its speech_lengths stay
+        # true, so it decodes to an empty transcript instead of failing in the encoder).
+        self.min_frames = int(params.get("min_frames", 7))
 
     def execute(self, requests):
-        feats = []
-        for request in requests:
-            wav = pb_utils.get_input_tensor_by_name(request, "wav").as_numpy()  # (1, N) float in [-1, 1]
+        feats, errors = [], {}
+        for i, request in enumerate(requests):
+            wav = pb_utils.get_input_tensor_by_name(request, "wav").as_numpy()  # (B, N) float in [-1, 1]
             lens = pb_utils.get_input_tensor_by_name(request, "wav_lens").as_numpy().reshape(-1)
-            feats.append([fbank(wav[b, : int(lens[b])], self.config) for b in range(wav.shape[0])])
-        longest = max((f.shape[0] for batch in feats for f in batch), default=0)
+            try:
+                feats.append([fbank(checked_waveform(wav[b], int(lens[b])), self.config)
+                              for b in range(wav.shape[0])])
+            except ValueError as exc:  # this request fails alone
+                errors[i] = pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)
+                feats.append([])
+        longest = max([self.min_frames] + [f.shape[0] for batch in feats for f in batch])
         responses = []
-        for batch in feats:
+        for i, batch in enumerate(feats):
+            if i in errors:
+                responses.append(pb_utils.InferenceResponse(error=errors[i]))
+                continue
             speech = np.zeros((len(batch), longest, self.config.num_mel_bins), dtype=np.float32)
             for b, f in enumerate(batch):
                 speech[b, : f.shape[0]] = f

@@ -16,6 +16,7 @@ except ImportError:  # real Triton's python stub: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from asr_server.asr import serving_config
+from asr_server.asr.features import checked_waveform
 from asr_server.asr.pipeline import StreamingFeatures
 from asr_server.triton_helpers import control
 
@@ -37,7 +38,13 @@ class TritonPythonModel:
                 continue
             wav = pb_utils.get_input_tensor_by_name(request, "wav").as_numpy()
             n = int(pb_utils.get_input_tensor_by_name(request, "wav_lens").as_numpy().reshape(-1)[0])
-            frames = self.features.accept(key, wav[0, :n], bool(control(request, "START")),
+            try:
+                samples = checked_waveform(wav[0], n)
+            except ValueError as exc:  # this chunk fails alone; the sequence keeps its state
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)))
+                continue
+            frames = self.features.accept(key, samples, bool(control(request, "START")),
                                           bool(control(request, "END")))
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("speech", frames[None].astype(np.float32)),
