@@ -190,7 +190,9 @@ def main(argv=None) -> int:
                     help="dropout of encoder and decoder (on CPU, dropout masks cost ~15%% of a step)")
     ap.add_argument("--curriculum-steps", type=int, default=0,
                     help="first steps train full context without augmentation, so CTC finds its alignments "
-                         "sooner; dynamic chunks, speed perturbation and SpecAugment start after them")
+                         "sooner; dynamic chunks start after them, augmentation too unless --augment-after says")
+    ap.add_argument("--augment-after", type=int, default=None,
+                    help="step from which speed perturbation and SpecAugment apply (default: --curriculum-steps)")
     ap.add_argument("--bf16", action="store_true",
                     help="bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16 or AMX; weights stay fp32)")
     ap.add_argument("--threads", type=int, default=2)
@@ -267,8 +269,9 @@ def main(argv=None) -> int:
         the same batches."""
         epoch, position, indices = next(plan)
         warm = step < args.curriculum_steps
+        augment = step >= (args.curriculum_steps if args.augment_after is None else args.augment_after)
         batch = make_batch([rows[i] for i in indices], tokenizer, random.Random(args.seed * 7919 + step),
-                           augment=not warm)
+                           augment=augment)
         return epoch, position, warm, batch
 
     # One thread reads and featurises the next batch while torch runs this one (it releases the GIL).
