@@ -31,6 +31,10 @@ from asr_server.asr.units import SymbolTable  # noqa: E402
 
 ONNX_TO_CONFIG = {1: "TYPE_FP32", 10: "TYPE_FP16", 6: "TYPE_INT32", 7: "TYPE_INT64", 9: "TYPE_BOOL"}
 SEQUENCE_IDLE_US = 5_000_000  # per-sequence state is freed after 5 s without a request (WeNet's value)
+# No queue delay for the offline models (as WeNet's configs): an idle instance starts at once, and batches
+# form from what queues while it is busy. Waiting 2 ms at each of the four steps cost about 12 ms per
+# utterance at concurrency 1 here (p50 28 -> 16 ms) and gained no throughput at concurrency 8.
+OFFLINE_BATCHING = "dynamic_batching { preferred_batch_size: [ 8, 16 ] }"
 
 
 def graph_io(path: Path) -> dict[str, tuple[str, list]]:
@@ -108,7 +112,7 @@ max_batch_size: {max_batch}
 {params({**fbank, "min_frames": right_context + 1})}
 input [ {", ".join(wav_in)} ]
 output [ {", ".join(speech_out)} ]
-dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}
+{OFFLINE_BATCHING}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """)
     write(repo, "encoder", f"""
@@ -121,7 +125,7 @@ output [
   {graph_tensor(enc, "encoder_out")}, {graph_tensor(enc, "encoder_out_lens")},
   {graph_tensor(enc, "ctc_log_probs")}, {graph_tensor(enc, "beam_log_probs")}, {graph_tensor(enc, "beam_log_probs_idx")}
 ]
-dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}
+{OFFLINE_BATCHING}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """, {"encoder.onnx": onnx_dir / "encoder.onnx"})
     write(repo, "decoder", f"""
@@ -133,7 +137,7 @@ input [
   {", ".join(graph_tensor(dec, n) for n in dec if n in ("encoder_out", "encoder_out_lens", "hyps_pad_sos_eos", "hyps_lens_sos", "r_hyps_pad_sos_eos", "ctc_score"))}
 ]
 output [ {graph_tensor(dec, "best_index")} ]
-dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}
+{OFFLINE_BATCHING}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """, {"decoder.onnx": onnx_dir / "decoder.onnx"})
     write(repo, "scoring", f"""
@@ -146,7 +150,7 @@ input [
   {graph_tensor(enc, "beam_log_probs", "batch_log_probs")}, {graph_tensor(enc, "beam_log_probs_idx", "batch_log_probs_idx")}
 ]
 output [ {tensor("OUTPUT0", "TYPE_STRING", [1])} ]
-dynamic_batching {{ preferred_batch_size: [ 8, 16 ] max_queue_delay_microseconds: 2000 }}
+{OFFLINE_BATCHING}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """)
     write(repo, "attention_rescoring", f"""
