@@ -58,6 +58,7 @@ class SequenceBatcher(Scheduler):
         self.states = ss.state_specs(config, model_dir)
         self.sequences: dict[SequenceId, Sequence] = {}
         self._ready = asyncio.Event()
+        self._batch_done = asyncio.Event()  # set whenever a batch finishes (draining waits on it)
         self._loop_task: Optional[asyncio.Task] = None
 
     @property
@@ -188,6 +189,7 @@ class SequenceBatcher(Scheduler):
                 if sequence.ended and not sequence.queue:
                     del self.sequences[sequence.id]
             self._ready.set()
+            self._batch_done.set()
 
     # ---- idle sequences ------------------------------------------------------------------------
     def _evict_idle(self, now: float) -> None:
@@ -211,6 +213,10 @@ class SequenceBatcher(Scheduler):
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_s
         while self.queued and loop.time() < end:
+            self._batch_done.clear()
             self._ready.set()
-            await asyncio.sleep(0.01)
+            try:
+                await asyncio.wait_for(self._batch_done.wait(), timeout=max(0.0, end - loop.time()))
+            except asyncio.TimeoutError:
+                break
         await super()._drain(max(0.0, end - loop.time()))

@@ -275,3 +275,42 @@ async def test_implicit_state_with_a_torchscript_model(tmp_path: Path, running, 
         stats = (await client.get_inference_statistics("torch_accumulator", as_json=True))["model_stats"][0]
         assert int(stats["execution_count"]) < 32
         await client.close()
+
+
+SLOW_SEQUENCE_CONFIG = """
+name: "slow_seq"
+backend: "python"
+max_batch_size: 1
+input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "Y", data_type: TYPE_FP32, dims: [ 1 ] } ]
+sequence_batching { max_sequence_idle_microseconds: 5000000 }
+"""
+SLOW_SEQUENCE_SOURCE = """
+import time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.05)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X")
+                                                              .as_numpy() * 2)]) for r in requests]
+"""
+
+
+async def test_stop_drains_queued_sequence_requests(tmp_path: Path, running, client_of):
+    """Requests queued behind a busy instance when the scheduler stops are still answered (drained)."""
+    python_model(tmp_path, "slow_seq", SLOW_SEQUENCE_CONFIG, SLOW_SEQUENCE_SOURCE)
+    async with running(tmp_path, allow_http=False) as server:
+        client = client_of(server)
+        calls = [asyncio.ensure_future(client.infer("slow_seq", x_input(i + 1.0, "X"), sequence_id=70 + i,
+                                                    sequence_start=True, sequence_end=True)) for i in range(4)]
+        scheduler = server.manager.get("slow_seq").scheduler
+        for _ in range(200):
+            if scheduler.queued >= 2:
+                break
+            await asyncio.sleep(0.005)
+        assert scheduler.queued >= 2  # one runs, the others wait for the single instance
+        await scheduler.stop(drain_timeout_s=5.0)
+        results = await asyncio.gather(*calls)
+        assert sorted(float(r.as_numpy("Y")[0, 0]) for r in results) == [2.0, 4.0, 6.0, 8.0]
+        await client.close()
