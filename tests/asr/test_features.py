@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from asr_server.asr.cmvn import CmvnStats, load_cmvn, save_json_cmvn
-from asr_server.asr.features import FbankConfig, StreamingFbank, batch_fbank, fbank
+from asr_server.asr.features import FbankConfig, StreamingFbank, batch_fbank, checked_waveform, fbank
 
 
 def _wave(seconds: float, seed: int = 0) -> np.ndarray:
@@ -82,3 +82,17 @@ def test_cmvn_kaldi_text(tmp_path):
     mean, istd = st.mean_istd()
     np.testing.assert_allclose(mean, [1.0, 2.0])
     np.testing.assert_allclose(istd, [1 / np.sqrt(1.0), 1 / np.sqrt(1.0)])
+
+
+def test_checked_waveform_keeps_wav_lens_samples_and_rejects_bad_audio():
+    wav = np.arange(10, dtype=np.float32) / 10
+    np.testing.assert_array_equal(checked_waveform(wav, 4), wav[:4])  # zero padding past WAV_LENS is dropped
+    assert checked_waveform(wav, 0).size == 0
+    with pytest.raises(ValueError, match=r"WAV_LENS is 11, outside \[0, 10\]"):
+        checked_waveform(wav, 11)
+    with pytest.raises(ValueError, match=r"WAV_LENS is -1"):
+        checked_waveform(wav, -1)
+    wav[2] = np.inf
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        checked_waveform(wav, 5)
+    assert checked_waveform(wav, 2).size == 2  # a bad sample past WAV_LENS is not looked at
