@@ -1,5 +1,6 @@
 """scripts/train.py on a tiny corpus and model: it learns, writes a WeNet-style model dir, and a run that is
-interrupted and resumed from its checkpoint ends with exactly the weights of an uninterrupted run."""
+interrupted and resumed from its checkpoint ends with exactly the weights of an uninterrupted run;
+scripts/average_checkpoints.py averages snapshots of a run."""
 
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ def train(corpus: Path, exp: Path, *extra: str) -> subprocess.CompletedProcess:
                            "--exp", str(exp), *TINY, *extra], capture_output=True, text=True, timeout=300)
 
 
-def weights(exp: Path) -> dict:
-    return torch.load(exp / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]
+def weights(exp: Path, name: str = "checkpoint.pt") -> dict:
+    return torch.load(exp / name, map_location="cpu", weights_only=False)["model"]
 
 
 def test_resumed_run_equals_uninterrupted_run(corpus: Path, tmp_path: Path) -> None:
@@ -78,3 +79,23 @@ def test_training_lowers_the_loss_and_writes_a_wenet_model_dir(corpus: Path, tmp
     loaded = load_model_dir(tmp_path / "exp" / "final")
     assert loaded.model.encoder_cfg.output_size == 32
     assert (tmp_path / "exp" / "final" / "units.txt").exists()
+
+
+def test_average_checkpoints_writes_the_mean_of_the_weights(corpus: Path, tmp_path: Path) -> None:
+    from asr_server.asr.checkpoint import load_model_dir
+
+    exp = tmp_path / "exp"
+    snapshots = []
+    for steps in (2, 3, 4):
+        run = train(corpus, exp, "--max-steps", str(steps))
+        assert run.returncode == 0, run.stderr
+        snapshots.append(tmp_path / f"step{steps}.pt")
+        snapshots[-1].write_bytes((exp / "checkpoint.pt").read_bytes())
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "average_checkpoints.py"), "--model-dir",
+                          str(exp / "final"), *map(str, snapshots)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    averaged = load_model_dir(exp / "final").model.state_dict()
+    parts = [weights(path.parent, path.name) for path in snapshots]
+    name = "encoder.encoders.0.feed_forward.w_1.weight"
+    assert not torch.equal(parts[0][name], parts[2][name])  # the snapshots differ, so the mean says something
+    torch.testing.assert_close(averaged[name], (parts[0][name] + parts[1][name] + parts[2][name]) / 3)
