@@ -116,7 +116,9 @@ def build(args, vocab: int, cmvn: CmvnStats) -> U2Model:
                    enc, dec, GlobalCMVN(torch.from_numpy(mean), torch.from_numpy(istd)))
 
 
-def make_batch(items, tokenizer: Tokenizer, rng: random.Random, augment: bool):
+def make_batch(items, tokenizer: Tokenizer, rng: random.Random, augment: bool, pad_multiple: int = 1):
+    """Padded (x (B, T, 80), x_lens (B,), y (B, L) with IGNORE_ID, y_lens (B,)); T is rounded up to a multiple of
+    `pad_multiple` frames: fewer distinct shapes let oneDNN reuse its kernels (15-20% faster steps here)."""
     feats, ys = [], []
     for _, path, text in items:
         wav = load_wav(path)
@@ -126,7 +128,7 @@ def make_batch(items, tokenizer: Tokenizer, rng: random.Random, augment: bool):
         feats.append(spec_augment(f, rng) if augment else f)
         ys.append(tokenizer.encode(text))
     xl = torch.tensor([f.shape[0] for f in feats])
-    x = torch.zeros(len(feats), int(xl.max()), 80)
+    x = torch.zeros(len(feats), -(-int(xl.max()) // pad_multiple) * pad_multiple, 80)
     for i, f in enumerate(feats):
         x[i, : f.shape[0]] = torch.from_numpy(f)
     yl = torch.tensor([len(y) for y in ys])
@@ -157,6 +159,22 @@ def epoch_order(n: int, seed: int, epoch: int, batch: int, rows) -> list[list[in
     return out
 
 
+def attention_chunk(step: int, args) -> int:
+    """The encoder's attention chunk for this step's batch, in encoder frames (-1: full context).
+
+    Dynamic chunk training as in WeNet's U2++: some batches see the whole utterance, the others a random
+    chunk, so one model decodes offline and streaming. WeNet draws full context about half the time and
+    chunks of 1-25 frames otherwise; --full-context-share and --chunk-range narrow that towards the chunk the
+    server streams with. The draw depends on the step only, so a resumed run repeats it.
+    """
+    if step < args.curriculum_steps:
+        return -1
+    rng = random.Random(args.seed * 104729 + step)
+    if rng.random() < args.full_context_share:
+        return -1
+    return rng.randint(args.chunk_range[0], args.chunk_range[1])
+
+
 def planned_batches(rows, args, state: dict):
     """(epoch, position in epoch, utterance indices) from the saved position on, epoch after epoch."""
     epoch, start = state["epoch"], state["batch_in_epoch"]
@@ -174,7 +192,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-minutes", type=float, default=55.0, help="wall-clock budget over all runs")
     ap.add_argument("--max-steps", type=int, default=100000)
     ap.add_argument("--save-minutes", type=float, default=4.0)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=32,
+                    help="utterances per step (32 took 30%% less time per utterance than 16 here)")
+    ap.add_argument("--pad-multiple", type=int, default=64, help="round each batch's frames up to this")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--bpe-size", type=int, default=200)
@@ -191,6 +211,10 @@ def main(argv=None) -> int:
     ap.add_argument("--curriculum-steps", type=int, default=0,
                     help="first steps train full context without augmentation, so CTC finds its alignments "
                          "sooner; dynamic chunks start after them, augmentation too unless --augment-after says")
+    ap.add_argument("--full-context-share", type=float, default=0.5,
+                    help="share of the batches trained with full attention context after the curriculum")
+    ap.add_argument("--chunk-range", type=int, nargs=2, default=(1, 25), metavar=("MIN", "MAX"),
+                    help="the other batches' attention chunk, encoder frames (40 ms each), drawn uniformly")
     ap.add_argument("--augment-after", type=int, default=None,
                     help="step from which speed perturbation and SpecAugment apply (default: --curriculum-steps)")
     ap.add_argument("--bf16", action="store_true",
@@ -268,23 +292,23 @@ def main(argv=None) -> int:
         """The batch of `step`; augmentation randomness is a function of the step, so a resumed run draws
         the same batches."""
         epoch, position, indices = next(plan)
-        warm = step < args.curriculum_steps
+        chunk = attention_chunk(step, args)
         augment = step >= (args.curriculum_steps if args.augment_after is None else args.augment_after)
         batch = make_batch([rows[i] for i in indices], tokenizer, random.Random(args.seed * 7919 + step),
-                           augment=augment)
-        return epoch, position, warm, batch
+                           augment=augment, pad_multiple=args.pad_multiple)
+        return epoch, position, chunk, batch
 
     # One thread reads and featurises the next batch while torch runs this one (it releases the GIL).
     prefetch = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="batches")
     pending = prefetch.submit(load_batch, state["step"])
     while state["step"] < args.max_steps and not stop["flag"]:
-        epoch, position, warm, (x, xl, y, yl) = pending.result()
+        epoch, position, chunk, (x, xl, y, yl) = pending.result()
         pending = prefetch.submit(load_batch, state["step"] + 1)
         lr = lr_at(state["step"] + 1, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            out = model(x, xl, y, yl, decoding_chunk_size=-1 if warm else 0)
+            out = model(x, xl, y, yl, decoding_chunk_size=chunk)
         opt.zero_grad()
         out["loss"].backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
