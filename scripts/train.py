@@ -37,6 +37,8 @@ from asr_server.asr.nn.decoder import DecoderConfig  # noqa: E402
 from asr_server.asr.nn.encoder import EncoderConfig, GlobalCMVN  # noqa: E402
 from asr_server.asr.units import SymbolTable, Tokenizer, bpe_units, train_bpe  # noqa: E402
 
+# Arguments that define the network and its loss (train.yaml); --finalize takes them from the checkpoint.
+MODEL_ARGS = ("d_model", "heads", "ffn", "blocks", "dec_blocks", "kernel", "ctc_weight", "reverse_weight", "dropout")
 SPEEDS = (0.9, 1.0, 1.1)  # speed perturbation factors (tempo and pitch together, like sox speed)
 CMVN_UTTS = 2000          # utterances used to estimate the global CMVN
 
@@ -231,10 +233,16 @@ def main(argv=None) -> int:
     args.exp.mkdir(parents=True, exist_ok=True)
     rows = read_data_dir(args.data)
     symbols, tokenizer, cmvn, bpe_path = prepare(args, rows)
+    ckpt_path = args.exp / "checkpoint.pt"
+    if args.finalize and ckpt_path.exists():
+        # The model dir must describe the run, whatever this command line says: architecture and loss
+        # weights come from the checkpoint (as the last training command set them).
+        saved = torch.load(ckpt_path, map_location="cpu", weights_only=False)["args"]
+        for name in MODEL_ARGS:
+            setattr(args, name, saved.get(name, getattr(args, name)))
     torch.manual_seed(args.seed)
     model = build(args, len(symbols), cmvn)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    ckpt_path = args.exp / "checkpoint.pt"
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "elapsed": 0.0}
     if ckpt_path.exists():
         ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)

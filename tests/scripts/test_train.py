@@ -99,3 +99,14 @@ def test_average_checkpoints_writes_the_mean_of_the_weights(corpus: Path, tmp_pa
     name = "encoder.encoders.0.feed_forward.w_1.weight"
     assert not torch.equal(parts[0][name], parts[2][name])  # the snapshots differ, so the mean says something
     torch.testing.assert_close(averaged[name], (parts[0][name] + parts[1][name] + parts[2][name]) / 3)
+
+
+def test_finalize_describes_the_run_not_the_command_line(corpus: Path, tmp_path: Path) -> None:
+    import yaml
+
+    run = train(corpus, tmp_path / "exp", "--max-steps", "1", "--ctc-weight", "0.6")
+    assert run.returncode == 0, run.stderr
+    final = train(corpus, tmp_path / "exp", "--finalize", "--final-dir", str(tmp_path / "dir"))  # default 0.3
+    assert final.returncode == 0, final.stderr
+    config = yaml.safe_load((tmp_path / "dir" / "train.yaml").read_text())
+    assert config["model_conf"]["ctc_weight"] == 0.6
