@@ -109,7 +109,7 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
 name: "feature_extractor"
 backend: "python"
 max_batch_size: {max_batch}
-{params({**fbank, "min_frames": right_context + 1})}
+{params({**fbank, "min_frames": right_context + 1, "fbank_backend": "kaldi-native-fbank"})}
 input [ {", ".join(wav_in)} ]
 output [ {", ".join(speech_out)} ]
 {OFFLINE_BATCHING}

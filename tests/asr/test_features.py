@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from asr_server.asr.cmvn import CmvnStats, load_cmvn, save_json_cmvn
-from asr_server.asr.features import FbankConfig, StreamingFbank, batch_fbank, checked_waveform, fbank
+from asr_server.asr.features import (FbankConfig, StreamingFbank, batch_fbank, batch_fbank_computer,
+                                     checked_waveform, fbank)
 
 
 def _wave(seconds: float, seed: int = 0) -> np.ndarray:
@@ -96,3 +97,35 @@ def test_checked_waveform_keeps_wav_lens_samples_and_rejects_bad_audio():
     with pytest.raises(ValueError, match="NaN or infinite"):
         checked_waveform(wav, 5)
     assert checked_waveform(wav, 2).size == 2  # a bad sample past WAV_LENS is not looked at
+
+
+def test_batch_fbank_computer_default_is_kaldi_native_fbank():
+    waves = [_wave(0.7, 1), _wave(0.01, 2), _wave(1.3, 3)]
+    got = batch_fbank_computer("kaldi-native-fbank", FbankConfig())(waves)
+    for w, f in zip(waves, got):
+        np.testing.assert_array_equal(f, fbank(w))
+    with pytest.raises(ValueError, match="unknown fbank backend 'torch'"):
+        batch_fbank_computer("torch", FbankConfig())
+
+
+def _kaldifeat_devices():
+    devices = ["cpu"]
+    try:
+        import torch
+        if torch.cuda.is_available():
+            devices.append("cuda:0")
+    except ImportError:
+        pass
+    return devices
+
+
+@pytest.mark.parametrize("device", _kaldifeat_devices())
+def test_kaldifeat_matches_kaldi_native_fbank(device):
+    pytest.importorskip("kaldifeat", exc_type=ImportError, reason="kaldifeat is optional (GPU feature extraction); it builds from source")
+    config = FbankConfig()
+    waves = [_wave(2.0, 4), _wave(0.02, 5), _wave(0.9, 6)]  # the second is shorter than one window
+    got = batch_fbank_computer("kaldifeat", config, device)(waves)
+    for w, f in zip(waves, got):
+        want = fbank(w, config)
+        assert f.shape == want.shape and f.dtype == np.float32
+        np.testing.assert_allclose(f, want, atol=2e-3, rtol=1e-4)

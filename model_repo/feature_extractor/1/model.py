@@ -1,7 +1,8 @@
 """Offline feature extractor: WAV (+ WAV_LENS) -> Kaldi fbank, padded to the longest utterance of the batch.
 
 Padding every request of a batch to the same length lets the encoder batch them (it only batches equal
-shapes). GPU feature extraction (kaldifeat) is not wired in yet; kaldi-native-fbank runs on the CPU.
+shapes). Parameter `fbank_backend`: "kaldi-native-fbank" (CPU, the default) or "kaldifeat" (batched, on
+the instance's GPU when the instance group is KIND_GPU; kaldifeat must be installed).
 """
 
 import sys
@@ -16,28 +17,34 @@ except ImportError:  # real Triton's python stub: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from asr_server.asr import serving_config
-from asr_server.asr.features import checked_waveform, fbank
+from asr_server.asr.features import batch_fbank_computer, checked_waveform
 
 
 class TritonPythonModel:
     def initialize(self, args):
         params = serving_config.parameters(args)
         self.config = serving_config.fbank_config(params)
+        gpu = args.get("model_instance_kind") == "GPU"
+        device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
+        self.compute_fbank = batch_fbank_computer(params.get("fbank_backend", "kaldi-native-fbank"), self.config,
+                                                  device)
         # The encoder's subsampling needs this many frames; shorter audio is padded (its speech_lengths stay
         # true, so it decodes to an empty transcript instead of failing in the encoder).
         self.min_frames = int(params.get("min_frames", 7))
 
     def execute(self, requests):
-        feats, errors = [], {}
+        waves, errors = [], {}
         for i, request in enumerate(requests):
             wav = pb_utils.get_input_tensor_by_name(request, "wav").as_numpy()  # (B, N) float in [-1, 1]
             lens = pb_utils.get_input_tensor_by_name(request, "wav_lens").as_numpy().reshape(-1)
             try:
-                feats.append([fbank(checked_waveform(wav[b], int(lens[b])), self.config)
-                              for b in range(wav.shape[0])])
+                waves.append([checked_waveform(wav[b], int(lens[b])) for b in range(wav.shape[0])])
             except ValueError as exc:  # this request fails alone
                 errors[i] = pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)
-                feats.append([])
+                waves.append([])
+        # every utterance of every request in one call (kaldifeat batches them on the device)
+        flat = iter(self.compute_fbank([w for batch in waves for w in batch]))
+        feats = [[next(flat) for _ in batch] for batch in waves]
         longest = max([self.min_frames] + [f.shape[0] for batch in feats for f in batch])
         responses = []
         for i, batch in enumerate(feats):
