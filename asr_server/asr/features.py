@@ -43,7 +43,11 @@ class FbankConfig:
         return (num_samples + self.shift_samples // 2) // self.shift_samples
 
     def knf_options(self) -> knf.FbankOptions:
-        opts = knf.FbankOptions()
+        return self.fill_options(knf.FbankOptions())
+
+    def fill_options(self, opts):
+        """Set these values on a Kaldi-style ``FbankOptions`` (kaldi-native-fbank's and kaldifeat's share the
+        field names); returns it."""
         opts.frame_opts.samp_freq = float(self.sample_rate)
         opts.frame_opts.frame_length_ms = self.frame_length_ms
         opts.frame_opts.frame_shift_ms = self.frame_shift_ms
@@ -114,15 +118,8 @@ class KaldifeatFbank:
         self._torch = torch
         self.config = config
         self.device = torch.device(device)
-        opts = kaldifeat.FbankOptions()
+        opts = config.fill_options(kaldifeat.FbankOptions())
         opts.device = self.device
-        opts.frame_opts.samp_freq = float(config.sample_rate)
-        opts.frame_opts.frame_length_ms = config.frame_length_ms
-        opts.frame_opts.frame_shift_ms = config.frame_shift_ms
-        opts.frame_opts.dither = config.dither
-        opts.frame_opts.snip_edges = config.snip_edges
-        opts.mel_opts.num_bins = config.num_mel_bins
-        opts.energy_floor = 0.0
         self._compute = kaldifeat.Fbank(opts)
 
     def __call__(self, waveforms: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -121,7 +121,8 @@ def _kaldifeat_devices():
 
 @pytest.mark.parametrize("device", _kaldifeat_devices())
 def test_kaldifeat_matches_kaldi_native_fbank(device):
-    pytest.importorskip("kaldifeat", exc_type=ImportError, reason="kaldifeat is optional (GPU feature extraction); it builds from source")
+    pytest.importorskip("kaldifeat", exc_type=ImportError,
+                        reason="kaldifeat is optional (GPU feature extraction); it builds from source")
     config = FbankConfig()
     waves = [_wave(2.0, 4), _wave(0.02, 5), _wave(0.9, 6)]  # the second is shorter than one window
     got = batch_fbank_computer("kaldifeat", config, device)(waves)

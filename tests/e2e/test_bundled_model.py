@@ -85,7 +85,8 @@ async def test_twenty_concurrent_streams_get_their_own_transcripts(url):
 async def test_kaldifeat_feature_extractor_gives_the_same_transcripts(running, tmp_path):
     """fbank_backend "kaldifeat" (on the CPU here; a KIND_GPU instance runs it on its GPU) in place of
     kaldi-native-fbank: the same offline transcripts."""
-    pytest.importorskip("kaldifeat", exc_type=ImportError, reason="kaldifeat is optional (GPU feature extraction); it builds from source")
+    pytest.importorskip("kaldifeat", exc_type=ImportError,
+                        reason="kaldifeat is optional (GPU feature extraction); it builds from source")
     repo = tmp_path / "repo"
     (tmp_path / "models").symlink_to(ROOT / "models")  # the configs name ../../models/demo_en/... files
     for name in ("attention_rescoring", "feature_extractor", "encoder", "scoring", "decoder"):
