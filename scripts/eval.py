@@ -7,6 +7,12 @@ Modes (all with the project's own search, ``asr_server.asr.ctc_search`` / ``resc
                                                   (--chunk encoder frames, 40 ms each; 16 = 640 ms)
   pocketsphinx                                    independent reference (its bundled US-English model)
 
+Also printed, as a diagnostic of how early CTC emits: the share of greedy CTC spikes (frames whose best token
+is not blank and differs from the frame before) that fall in the first chunk (--chunk frames), offline and
+streaming, next to the median utterance length in encoder frames. A model that emits tokens where they are
+spoken puts about chunk/length of its spikes there; a much larger share means it writes words before it hears
+them, which full context allows and streaming punishes.
+
     python scripts/eval.py --model models/demo_en --data /work/data/corpus/test_a /work/data/corpus/test_b
 """
 
@@ -93,8 +99,24 @@ class Decoder:
         return [r.tokens for r in rescoring.attention_rescoring(nbests, left, right, self.opts)]
 
 
-def decode_offline(dec: Decoder, feats: list[np.ndarray], batch: int = 16) -> dict[str, list[str]]:
+def spike_frames(best: np.ndarray) -> np.ndarray:
+    """Frames where greedy CTC emits: best token (T,) not blank (0) and not a repeat of the frame before."""
+    prev = np.concatenate([[0], best[:-1]])
+    return np.flatnonzero((best != 0) & (best != prev))
+
+
+def early_spike_share(best_paths: list[np.ndarray], first_frames: int) -> float:
+    """Share of all greedy CTC spikes of these utterances that fall in their first ``first_frames`` frames."""
+    spikes = [spike_frames(b) for b in best_paths]
+    total = sum(len(s) for s in spikes)
+    return sum(int((s < first_frames).sum()) for s in spikes) / max(1, total)
+
+
+def decode_offline(dec: Decoder, feats: list[np.ndarray], batch: int = 16
+                   ) -> tuple[dict[str, list[str]], list[np.ndarray]]:
+    """Transcripts per offline mode, and each utterance's greedy CTC path (best token per encoder frame)."""
     out = {"offline_greedy": [], "offline_beam": [], "offline_rescore": []}
+    paths = []
     m = dec.lm.model
     for s in range(0, len(feats), batch):
         x, xl = pad_feats(feats[s:s + batch])
@@ -104,19 +126,23 @@ def decode_offline(dec: Decoder, feats: list[np.ndarray], batch: int = 16) -> di
         encs, nbests = [], []
         for i in range(x.size(0)):
             n = int(enc_lens[i])
+            paths.append(lp[i, :n].argmax(-1))
             out["offline_greedy"].append(dec.text(ctc_search.ctc_greedy(lp[i:i + 1, :n])[0]))
             nb = [(h.tokens, h.score) for h in dec.search(lp[i, :n], ctc_search.PREFIX_BEAM).nbest()]
             out["offline_beam"].append(dec.text(nb[0][0]))
             encs.append(enc[i, :n])
             nbests.append(nb)
         out["offline_rescore"] += [dec.text(t) for t in dec.rescore(encs, nbests)]
-    return out
+    return out, paths
 
 
 def decode_streaming(dec: Decoder, feats: list[np.ndarray], chunk: int, left_chunks: int,
-                     batch: int = 16) -> dict[str, list[str]]:
-    """All streams of a batch advance one window per forward_chunk call, with their caches batched."""
+                     batch: int = 16) -> tuple[dict[str, list[str]], list[np.ndarray]]:
+    """All streams of a batch advance one window per forward_chunk call, with their caches batched.
+
+    Returns transcripts per streaming mode, and each utterance's greedy CTC path over its chunks."""
     out = {"stream_greedy": [], "stream_beam": [], "stream_rescore": []}
+    paths = []
     m = dec.lm.model
     window = m.encoder.decoding_window(chunk)
     stride = chunk * m.encoder.subsampling_rate
@@ -127,6 +153,7 @@ def decode_streaming(dec: Decoder, feats: list[np.ndarray], chunk: int, left_chu
         greedy = [ctc_search.make_search(ctc_search.SearchOptions(method=ctc_search.GREEDY)) for _ in group]
         beam = [ctc_search.make_search(ctc_search.SearchOptions(beam_size=dec.beam)) for _ in group]
         hist: list[list[torch.Tensor]] = [[] for _ in group]
+        best: list[list[np.ndarray]] = [[] for _ in group]
         n_windows = max(max(1, (f.shape[0] - window + stride - 1) // stride + 1) for f in group)
         for k in range(n_windows):
             xs = torch.zeros(b, window, group[0].shape[1])
@@ -149,11 +176,13 @@ def decode_streaming(dec: Decoder, feats: list[np.ndarray], chunk: int, left_chu
                 greedy[i].advance(lp[i, :n])
                 beam[i].advance(lp[i, :n])
                 hist[i].append(chunk_out[i, :n])
+                best[i].append(lp[i, :n].argmax(-1))
         nbests = [[(h.tokens, h.score) for h in bs.nbest()] for bs in beam]
         out["stream_greedy"] += [dec.text(g.best().tokens) for g in greedy]
         out["stream_beam"] += [dec.text(nb[0][0]) if nb else "" for nb in nbests]
         out["stream_rescore"] += [dec.text(t) for t in dec.rescore([torch.cat(h) for h in hist], nbests)]
-    return out
+        paths += [np.concatenate(b) for b in best]
+    return out, paths
 
 
 def pocketsphinx_decode(wavs: list[np.ndarray]) -> list[str] | None:
@@ -195,10 +224,14 @@ def main(argv=None) -> int:
         refs = [t for _, _, t in rows]
         feats = [fbank(w, lm.fbank) for w in wavs]
         t0 = time.monotonic()
-        hyps = decode_offline(dec, feats)
-        hyps.update(decode_streaming(dec, feats, args.chunk, args.left_chunks))
+        hyps, offline_paths = decode_offline(dec, feats)
+        stream_hyps, stream_paths = decode_streaming(dec, feats, args.chunk, args.left_chunks)
+        hyps.update(stream_hyps)
         secs = time.monotonic() - t0
         res = {mode: round(wer(refs, h), 2) for mode, h in hyps.items()}
+        res["spikes_in_first_chunk_offline"] = round(early_spike_share(offline_paths, args.chunk), 3)
+        res["spikes_in_first_chunk_stream"] = round(early_spike_share(stream_paths, args.chunk), 3)
+        res["median_encoder_frames"] = float(np.median([len(p) for p in offline_paths]))
         if args.pocketsphinx:
             n = min(args.pocketsphinx, len(rows))
             ps = pocketsphinx_decode(wavs[:n])
