@@ -42,6 +42,11 @@ class FbankConfig:
             return 1 + (num_samples - self.window_samples) // self.shift_samples
         return (num_samples + self.shift_samples // 2) // self.shift_samples
 
+    def input_samples(self, waveform: np.ndarray) -> np.ndarray:
+        """(num_samples,) float32 as the fbank libraries take them: scaled to int16 range if configured."""
+        samples = np.asarray(waveform, dtype=np.float32).reshape(-1)
+        return samples * INT16_SCALE if self.scale_to_int16 else samples
+
     def knf_options(self) -> knf.FbankOptions:
         return self.fill_options(knf.FbankOptions())
 
@@ -78,9 +83,7 @@ def fbank(waveform: np.ndarray, config: FbankConfig = FbankConfig()) -> np.ndarr
     waveform: (num_samples,) float samples in [-1, 1] (or int16-range floats if ``not config.scale_to_int16``)
     returns:  (num_frames, num_mel_bins) float32
     """
-    samples = np.asarray(waveform, dtype=np.float32).reshape(-1)
-    if config.scale_to_int16:
-        samples = samples * INT16_SCALE
+    samples = config.input_samples(waveform)
     computer = knf.OnlineFbank(config.knf_options())
     computer.accept_waveform(float(config.sample_rate), samples)
     computer.input_finished()
@@ -123,17 +126,16 @@ class KaldifeatFbank:
         self._compute = kaldifeat.Fbank(opts)
 
     def __call__(self, waveforms: Sequence[np.ndarray]) -> list[np.ndarray]:
-        scale = INT16_SCALE if self.config.scale_to_int16 else 1.0
         out: list[np.ndarray | None] = []
         batch, where = [], []
         for w in waveforms:
-            samples = np.asarray(w, dtype=np.float32).reshape(-1)
+            samples = self.config.input_samples(w)
             if self.config.num_frames(samples.size) == 0:  # no whole window: nothing for kaldifeat to do
                 out.append(np.zeros((0, self.config.num_mel_bins), dtype=np.float32))
                 continue
             where.append(len(out))
             out.append(None)
-            batch.append(self._torch.from_numpy(samples * scale).to(self.device))
+            batch.append(self._torch.from_numpy(samples).to(self.device))
         if batch:
             with self._torch.no_grad():
                 feats = self._compute(batch)  # one batched call for every utterance
