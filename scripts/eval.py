@@ -100,9 +100,8 @@ class Decoder:
 
 
 def spike_frames(best: np.ndarray) -> np.ndarray:
-    """Frames where greedy CTC emits: best token (T,) not blank (0) and not a repeat of the frame before."""
-    prev = np.concatenate([[0], best[:-1]])
-    return np.flatnonzero((best != 0) & (best != prev))
+    """Frames where greedy CTC emits, given the best token (T,) of each frame."""
+    return np.flatnonzero(ctc_search.greedy_emissions(best[None])[0])
 
 
 def early_spike_share(best_paths: list[np.ndarray], first_frames: int) -> float:

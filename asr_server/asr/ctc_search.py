@@ -153,6 +153,13 @@ def topk_log_probs(log_probs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 # --------------------------------------------------------------------------- greedy
 
 
+def greedy_emissions(best: np.ndarray, blank_id: int = 0) -> np.ndarray:
+    """(B, T) best token per frame -> (B, T) bool, the frames where the collapsed best path emits a token:
+    not blank and different from the frame before (a blank in between makes a repeat count again)."""
+    prev = np.concatenate([np.full((best.shape[0], 1), -1, best.dtype), best[:, :-1]], axis=1)
+    return (best != blank_id) & (best != prev)
+
+
 def ctc_greedy(
     log_probs: np.ndarray,
     lengths: np.ndarray | Sequence[int] | None = None,
@@ -175,10 +182,7 @@ def ctc_greedy(
         best = np.take_along_axis(np.asarray(ids), best[..., None], axis=-1)[..., 0]
     lengths = np.full(batch, frames) if lengths is None else np.asarray(lengths).reshape(batch)
     valid = np.arange(frames)[None, :] < lengths[:, None]
-    # A frame emits a token when it is not blank, is valid, and differs from the frame
-    # before it (a blank in between makes a repeat count again).
-    prev = np.concatenate([np.full((batch, 1), -1, best.dtype), best[:, :-1]], axis=1)
-    emit = valid & (best != blank_id) & (best != prev)
+    emit = valid & greedy_emissions(best, blank_id)
     rows, cols = np.nonzero(emit)
     tokens = best[rows, cols].tolist()
     bounds = np.searchsorted(rows, np.arange(batch + 1)).tolist()
