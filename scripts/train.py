@@ -35,6 +35,7 @@ from asr_server.asr.features import FbankConfig, fbank  # noqa: E402
 from asr_server.asr.model import IGNORE_ID, ModelConfig, U2Model, count_parameters  # noqa: E402
 from asr_server.asr.nn.decoder import DecoderConfig  # noqa: E402
 from asr_server.asr.nn.encoder import EncoderConfig, GlobalCMVN  # noqa: E402
+from asr_server.asr.restricted_ctc import earliest_emission_frames  # noqa: E402
 from asr_server.asr.units import SymbolTable, Tokenizer, bpe_units, train_bpe  # noqa: E402
 
 # Arguments that define the network and its loss (train.yaml); --finalize takes them from the checkpoint.
@@ -118,15 +119,19 @@ def build(args, vocab: int, cmvn: CmvnStats) -> U2Model:
                    enc, dec, GlobalCMVN(torch.from_numpy(mean), torch.from_numpy(istd)))
 
 
-def make_batch(items, tokenizer: Tokenizer, rng: random.Random, augment: bool, pad_multiple: int = 1):
-    """Padded (x (B, T, 80), x_lens (B,), y (B, L) with IGNORE_ID, y_lens (B,)); T is rounded up to a multiple of
-    `pad_multiple` frames: fewer distinct shapes let oneDNN reuse its kernels (15-20% faster steps here)."""
-    feats, ys = [], []
+def make_batch(items, tokenizer: Tokenizer, rng: random.Random, augment: bool, pad_multiple: int = 1,
+               emission_slack: int | None = None):
+    """Padded (x (B, T, 80), x_lens (B,), y (B, L) with IGNORE_ID, y_lens (B,), earliest (B, L) or None); T is
+    rounded up to a multiple of `pad_multiple` frames: fewer distinct shapes let oneDNN reuse its kernels (15-20%
+    faster steps here). With `emission_slack`, earliest holds each token's earliest CTC emission frame."""
+    feats, ys, bounds = [], [], []
     for _, path, text in items:
         wav = load_wav(path)
         if augment:
             wav = speed_perturb(wav, rng.choice(SPEEDS))
         f = fbank(wav)
+        if emission_slack is not None:
+            bounds.append(earliest_emission_frames(f, tokenizer.text_to_tokens(text), emission_slack))
         feats.append(spec_augment(f, rng) if augment else f)
         ys.append(tokenizer.encode(text))
     xl = torch.tensor([f.shape[0] for f in feats])
@@ -137,7 +142,12 @@ def make_batch(items, tokenizer: Tokenizer, rng: random.Random, augment: bool, p
     y = torch.full((len(ys), int(yl.max())), IGNORE_ID, dtype=torch.int64)
     for i, t in enumerate(ys):
         y[i, : len(t)] = torch.tensor(t)
-    return x, xl, y, yl
+    earliest = None
+    if emission_slack is not None:
+        earliest = torch.zeros_like(y)
+        for i, e in enumerate(bounds):
+            earliest[i, : len(e)] = torch.tensor(e)
+    return x, xl, y, yl, earliest
 
 
 def lr_at(step: int, peak: float, warmup: int) -> float:
@@ -219,6 +229,11 @@ def main(argv=None) -> int:
                     help="the other batches' attention chunk, encoder frames (40 ms each), drawn uniformly")
     ap.add_argument("--augment-after", type=int, default=None,
                     help="step from which speed perturbation and SpecAugment apply (default: --curriculum-steps)")
+    ap.add_argument("--emission-slack", type=int, default=None, metavar="FRAMES",
+                    help="restricted CTC: no token may be emitted earlier than FRAMES encoder frames before the "
+                         "time it is estimated to be spoken (speech span shared out by characters); keeps the "
+                         "CTC head from writing words before it hears them, which streaming needs. Default: "
+                         "plain CTC")
     ap.add_argument("--bf16", action="store_true",
                     help="bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16 or AMX; weights stay fp32)")
     ap.add_argument("--threads", type=int, default=2)
@@ -303,20 +318,21 @@ def main(argv=None) -> int:
         chunk = attention_chunk(step, args)
         augment = step >= (args.curriculum_steps if args.augment_after is None else args.augment_after)
         batch = make_batch([rows[i] for i in indices], tokenizer, random.Random(args.seed * 7919 + step),
-                           augment=augment, pad_multiple=args.pad_multiple)
+                           augment=augment, pad_multiple=args.pad_multiple,
+                           emission_slack=args.emission_slack)
         return epoch, position, chunk, batch
 
     # One thread reads and featurises the next batch while torch runs this one (it releases the GIL).
     prefetch = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="batches")
     pending = prefetch.submit(load_batch, state["step"])
     while state["step"] < args.max_steps and not stop["flag"]:
-        epoch, position, chunk, (x, xl, y, yl) = pending.result()
+        epoch, position, chunk, (x, xl, y, yl, earliest) = pending.result()
         pending = prefetch.submit(load_batch, state["step"] + 1)
         lr = lr_at(state["step"] + 1, args.lr, args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            out = model(x, xl, y, yl, decoding_chunk_size=chunk)
+            out = model(x, xl, y, yl, decoding_chunk_size=chunk, ctc_earliest=earliest)
         opt.zero_grad()
         out["loss"].backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)

@@ -16,6 +16,7 @@ from torch import nn
 from .nn.decoder import BiTransformerDecoder, DecoderConfig, TransformerDecoder
 from .nn.encoder import ConformerEncoder, EncoderConfig, GlobalCMVN
 from .nn.masks import make_pad_mask
+from .restricted_ctc import restricted_ctc_loss
 
 IGNORE_ID = -1  # padding label in targets (WeNet's IGNORE_ID)
 
@@ -45,10 +46,14 @@ class CTC(nn.Module):
         """(B, T, d) -> (B, T, V) log-probabilities."""
         return torch.log_softmax(self.ctc_lo(hs), dim=-1)
 
-    def forward(self, hs, hs_lens, ys, ys_lens) -> torch.Tensor:
-        """Summed CTC loss / batch size. ys: (B, L) padded with IGNORE_ID."""
-        lp = self.log_softmax(hs).transpose(0, 1).float()     # (T, B, V)
+    def forward(self, hs, hs_lens, ys, ys_lens, earliest: torch.Tensor | None = None) -> torch.Tensor:
+        """Summed CTC loss / batch size. ys: (B, L) padded with IGNORE_ID. ``earliest`` (B, L): the frame
+        before which each token may not be emitted (``restricted_ctc``); None = plain CTC."""
         targets = ys.masked_fill(ys == IGNORE_ID, 0)
+        if earliest is not None:
+            per_utt = restricted_ctc_loss(self.log_softmax(hs), hs_lens, targets, ys_lens, earliest, self.blank_id)
+            return torch.where(torch.isfinite(per_utt), per_utt, 0.0).sum() / hs.size(0)  # as zero_infinity
+        lp = self.log_softmax(hs).transpose(0, 1).float()     # (T, B, V)
         loss = nn.functional.ctc_loss(lp, targets, hs_lens, ys_lens, blank=self.blank_id, reduction="sum",
                                       zero_infinity=True)
         return loss / hs.size(0)
@@ -129,17 +134,19 @@ class U2Model(nn.Module):
 
     # ---------------------------------------------------------------- training
     def forward(self, speech: torch.Tensor, speech_lengths: torch.Tensor, text: torch.Tensor,
-                text_lengths: torch.Tensor, decoding_chunk_size: int = 0) -> dict[str, torch.Tensor]:
+                text_lengths: torch.Tensor, decoding_chunk_size: int = 0,
+                ctc_earliest: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """speech (B, T, input_dim), speech_lengths (B,), text (B, L) padded with IGNORE_ID, text_lengths (B,).
 
         returns {"loss", "loss_ctc", "loss_att"} (scalars). With ``decoding_chunk_size`` 0 the encoder draws a
         random chunk per batch when ``use_dynamic_chunk`` is on and the model is in training mode; -1 trains
-        full context (a curriculum's first phase), >0 a fixed chunk.
+        full context (a curriculum's first phase), >0 a fixed chunk. ``ctc_earliest`` (B, L) restricts when
+        CTC may emit each token (see ``restricted_ctc``).
         """
         enc, masks = self.encoder(speech, speech_lengths, decoding_chunk_size)
         enc_lens = masks.squeeze(1).sum(1)
         cfg = self.model_cfg
-        loss_ctc = self.ctc(enc, enc_lens, text, text_lengths) if cfg.ctc_weight > 0 else enc.new_zeros(())
+        loss_ctc = self.ctc(enc, enc_lens, text, text_lengths, ctc_earliest) if cfg.ctc_weight > 0 else enc.new_zeros(())
         if cfg.ctc_weight < 1.0:
             ys_in, ys_out = add_sos_eos(text, text_lengths, self.sos, self.eos)
             lens_in = text_lengths + 1

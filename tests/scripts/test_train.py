@@ -110,3 +110,20 @@ def test_finalize_describes_the_run_not_the_command_line(corpus: Path, tmp_path:
     assert final.returncode == 0, final.stderr
     config = yaml.safe_load((tmp_path / "dir" / "train.yaml").read_text())
     assert config["model_conf"]["ctc_weight"] == 0.6
+
+
+def test_emission_slack_trains_with_the_restricted_ctc_loss(corpus: Path, tmp_path: Path) -> None:
+    """Same seed, same first batch: forbidding early emissions can only remove alignments, so the first step's
+    CTC loss is higher than plain CTC's, and the restricted run still trains."""
+    def ctc_losses(exp: Path) -> list[float]:
+        rows = (exp / "train_log.tsv").read_text().splitlines()[1:]
+        return [float(row.split("\t")[3]) for row in rows]
+
+    plain = train(corpus, tmp_path / "plain", "--max-steps", "1", "--dropout", "0")
+    assert plain.returncode == 0, plain.stderr
+    held = train(corpus, tmp_path / "held", "--max-steps", "30", "--lr", "5e-3", "--dropout", "0",
+                 "--emission-slack", "0")
+    assert held.returncode == 0, held.stderr
+    restricted = ctc_losses(tmp_path / "held")
+    assert restricted[0] > ctc_losses(tmp_path / "plain")[0] + 1e-3
+    assert np.isfinite(restricted).all() and np.mean(restricted[-5:]) < np.mean(restricted[:5])
