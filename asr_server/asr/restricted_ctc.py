@@ -1,7 +1,7 @@
 """CTC loss whose alignments may not emit a token before a given frame, and those frames estimated from audio.
 
 Why: trained on template sentences with full context, the demo model learnt to write most of a sentence in
-its first encoder frames, before the words are spoken (see MODEL_CARD.md, "Why streaming lags"). Streaming,
+its first encoder frames, before the words are spoken (see models/demo_en/MODEL_CARD.md, "Streaming"). Streaming,
 the first chunk then guesses words it has not heard. Forbidding each token's emission before (roughly) the
 time it is spoken removes those alignments from the loss, in the spirit of alignment-restricted CTC/RNN-T.
 Only a lower bound is imposed: late emission is allowed (it costs latency, not accuracy).
