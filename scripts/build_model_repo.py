@@ -207,7 +207,7 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 name: "streaming_feature_extractor"
 backend: "python"
 max_batch_size: {max_batch}
-{params({**fbank, "idle_seconds": SEQUENCE_IDLE_US / 1e6})}
+{params({**fbank, "idle_seconds": SEQUENCE_IDLE_US / 1e6, "fbank_backend": "kaldi-native-fbank"})}
 input [ {", ".join(wav_in)} ]
 output [ {", ".join(speech_out)} ]
 sequence_batching {{

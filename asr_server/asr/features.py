@@ -170,19 +170,26 @@ class StreamingFbank:
         self._residual = np.zeros(0, dtype=np.float32)  # (n,) samples not yet consumed by complete frames
         self.num_frames_emitted = 0                     # frames returned so far
 
-    def accept_waveform(self, samples: np.ndarray) -> np.ndarray:
-        """Append samples; returns the frames that became complete: (n_new, num_mel_bins) float32."""
+    def take(self, samples: np.ndarray) -> np.ndarray:
+        """Append samples; returns the samples whose fbank is exactly the frames that became complete (empty
+        when none did), so a caller can featurise many streams' samples in one batched call."""
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         buf = np.concatenate([self._residual, samples]) if self._residual.size else samples
         n = self.config.num_frames(buf.size)
         if n == 0:
             self._residual = buf.copy()
-            return np.zeros((0, self.config.num_mel_bins), dtype=np.float32)
+            return np.zeros(0, dtype=np.float32)
         used = self.config.window_samples + (n - 1) * self.config.shift_samples
-        frames = fbank(buf[:used], self.config)
         self._residual = buf[n * self.config.shift_samples:].copy()
         self.num_frames_emitted += n
-        return frames
+        return buf[:used]
+
+    def accept_waveform(self, samples: np.ndarray) -> np.ndarray:
+        """Append samples; returns the frames that became complete: (n_new, num_mel_bins) float32."""
+        ready = self.take(samples)
+        if ready.size == 0:
+            return np.zeros((0, self.config.num_mel_bins), dtype=np.float32)
+        return fbank(ready, self.config)
 
     @property
     def residual_samples(self) -> int:

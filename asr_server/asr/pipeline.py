@@ -14,7 +14,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from .ctc_search import SearchOptions, make_search
-from .features import FbankConfig, StreamingFbank
+from .features import FbankConfig, StreamingFbank, batch_fbank_computer
 from .rescoring import DecoderInputs, build_decoder_inputs, hyps_from_best_index
 from .streaming import StreamState, WindowConfig
 from .units import Tokenizer
@@ -76,25 +76,40 @@ class OfflineScorer:
 
 
 class StreamingFeatures:
-    """Per-sequence fbank with residual samples, so clients may send chunks of any length."""
+    """Per-sequence fbank with residual samples, so clients may send chunks of any length.
 
-    def __init__(self, config: FbankConfig, idle_seconds: float = 5.0) -> None:
+    ``compute_fbank`` (``features.batch_fbank_computer``) featurises every stream's new samples of one batch in
+    a single call: kaldi-native-fbank by default, or kaldifeat (batched, on a GPU for a KIND_GPU instance).
+    """
+
+    def __init__(self, config: FbankConfig, idle_seconds: float = 5.0, compute_fbank=None) -> None:
         self.config = config
         self.idle_seconds = idle_seconds
+        self.compute_fbank = compute_fbank or batch_fbank_computer("kaldi-native-fbank", config)
         self.streams: dict[SequenceKey, tuple[StreamingFbank, float]] = {}
 
     def accept(self, key: SequenceKey, samples: np.ndarray, start: bool, end: bool) -> np.ndarray:
         """New (T, num_mel_bins) frames of the sequence; its state is created on START, dropped on END."""
+        return self.accept_many([(key, samples, start, end)])[0]
+
+    def accept_many(self, chunks: list[tuple[SequenceKey, np.ndarray, bool, bool]]) -> list[np.ndarray]:
+        """``accept`` for (key, samples, start, end) chunks in order, with one fbank call for all of them."""
         now = time.monotonic()
         self.drop_idle(now)
-        if start or key not in self.streams:
-            self.streams[key] = (StreamingFbank(self.config), now)
-        extractor, _ = self.streams[key]
-        frames = extractor.accept_waveform(np.asarray(samples, dtype=np.float32).reshape(-1))
-        if end:
-            del self.streams[key]
-        else:
-            self.streams[key] = (extractor, now)
+        ready = []
+        for key, samples, start, end in chunks:
+            if start or key not in self.streams:
+                self.streams[key] = (StreamingFbank(self.config), now)
+            extractor, _ = self.streams[key]
+            ready.append(extractor.take(samples))
+            if end:
+                del self.streams[key]
+            else:
+                self.streams[key] = (extractor, now)
+        todo = [i for i, r in enumerate(ready) if r.size]
+        frames = [np.zeros((0, self.config.num_mel_bins), dtype=np.float32)] * len(chunks)
+        for i, f in zip(todo, self.compute_fbank([ready[i] for i in todo]) if todo else []):
+            frames[i] = f
         return frames
 
     def drop(self, key: SequenceKey) -> None:

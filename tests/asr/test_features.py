@@ -130,3 +130,66 @@ def test_kaldifeat_matches_kaldi_native_fbank(device):
         want = fbank(w, config)
         assert f.shape == want.shape and f.dtype == np.float32
         np.testing.assert_allclose(f, want, atol=2e-3, rtol=1e-4)
+
+
+def _interleaved_chunks(waves, seed):
+    """(key, samples, start, end) chunks of several streams, interleaved, of random lengths."""
+    rng = np.random.default_rng(seed)
+    cursors = {key: 0 for key in range(len(waves))}
+    chunks = []
+    while cursors:
+        key = int(rng.choice(sorted(cursors)))
+        i = cursors[key]
+        n = int(rng.integers(1, 3000))
+        end = i + n >= waves[key].size
+        chunks.append((key, waves[key][i:i + n], i == 0, end))
+        if end:
+            del cursors[key]
+        else:
+            cursors[key] = i + n
+    return chunks
+
+
+def _stream_frames(features, chunks, per_call):
+    from collections import defaultdict
+
+    frames = defaultdict(list)
+    for at in range(0, len(chunks), per_call):  # groups keep the order, even two chunks of one stream
+        group = chunks[at:at + per_call]
+        for (key, *_), f in zip(group, features.accept_many(group)):
+            frames[key].append(f)
+    return {key: np.concatenate(fs) for key, fs in frames.items()}
+
+
+def test_streaming_features_batch_many_streams_and_equal_each_whole_utterance():
+    from asr_server.asr.pipeline import StreamingFeatures
+
+    waves = [_wave(1.3, 7), _wave(0.6, 8), _wave(2.1, 9)]
+    calls = []
+
+    def counting(batch):
+        calls.append(len(batch))
+        return [fbank(w) for w in batch]
+
+    features = StreamingFeatures(FbankConfig(), compute_fbank=counting)
+    got = _stream_frames(features, _interleaved_chunks(waves, 0), per_call=3)
+    for key, w in enumerate(waves):
+        np.testing.assert_array_equal(got[key], fbank(w))
+    assert max(calls) > 1          # several streams' samples went through one call
+    assert features.streams == {}  # every stream ended and was dropped
+
+
+@pytest.mark.parametrize("device", _kaldifeat_devices())
+def test_streaming_features_with_kaldifeat_match_kaldi_native_fbank(device):
+    pytest.importorskip("kaldifeat", exc_type=ImportError,
+                        reason="kaldifeat is optional (GPU feature extraction); it builds from source")
+    from asr_server.asr.pipeline import StreamingFeatures
+
+    config = FbankConfig()
+    waves = [_wave(1.1, 10), _wave(0.5, 11)]
+    features = StreamingFeatures(config, compute_fbank=batch_fbank_computer("kaldifeat", config, device))
+    got = _stream_frames(features, _interleaved_chunks(waves, 1), per_call=2)
+    for key, w in enumerate(waves):
+        want = fbank(w, config)
+        assert got[key].shape == want.shape
+        np.testing.assert_allclose(got[key], want, atol=2e-3, rtol=1e-4)

@@ -82,25 +82,30 @@ async def test_twenty_concurrent_streams_get_their_own_transcripts(url):
     assert rates.wer <= MAX_STREAMING_WER, rates
 
 
-async def test_kaldifeat_feature_extractor_gives_the_same_transcripts(running, tmp_path):
+async def test_kaldifeat_feature_extractors_give_the_same_transcripts(running, tmp_path):
     """fbank_backend "kaldifeat" (on the CPU here; a KIND_GPU instance runs it on its GPU) in place of
-    kaldi-native-fbank: the same offline transcripts."""
+    kaldi-native-fbank, in both feature extractors: the same offline and streaming transcripts."""
     pytest.importorskip("kaldifeat", exc_type=ImportError,
                         reason="kaldifeat is optional (GPU feature extraction); it builds from source")
     repo = tmp_path / "repo"
     (tmp_path / "models").symlink_to(ROOT / "models")  # the configs name ../../models/demo_en/... files
-    for name in ("attention_rescoring", "feature_extractor", "encoder", "scoring", "decoder"):
+    for name in ("attention_rescoring", "feature_extractor", "encoder", "scoring", "decoder",
+                 "streaming_wenet", "streaming_feature_extractor", "wenet", "streaming_encoder"):
         shutil.copytree(BUNDLED_REPO / name, repo / name)
-    config = repo / "feature_extractor" / "config.pbtxt"
-    text = config.read_text()
-    assert '"kaldi-native-fbank"' in text
-    config.write_text(text.replace('"kaldi-native-fbank"', '"kaldifeat"'))
+    for extractor in ("feature_extractor", "streaming_feature_extractor"):
+        config = repo / extractor / "config.pbtxt"
+        text = config.read_text()
+        assert '"kaldi-native-fbank"' in text
+        config.write_text(text.replace('"kaldi-native-fbank"', '"kaldifeat"'))
     items = utterances()
     texts = {}
     for label, folder in (("kaldi-native-fbank", BUNDLED_REPO), ("kaldifeat", repo)):
         async with running(folder, allow_http=False) as server:
-            client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+            url = f"127.0.0.1:{server.grpc_port}"
+            client = aioclient.InferenceServerClient(url)
             results = await asyncio.gather(*(recognize(client, samples) for _, samples, _ in items))
             await client.close()
-        texts[label] = [r.text for r in results]
+            async with StreamingClient(url, StreamOptions(chunk_ms=640)) as streaming:
+                streamed = await asyncio.gather(*(streaming.transcribe(samples) for _, samples, _ in items))
+        texts[label] = ([r.text for r in results], [r.text for r in streamed])
     assert texts["kaldifeat"] == texts["kaldi-native-fbank"]

@@ -1,7 +1,9 @@
 """Streaming feature extractor: per sequence, audio chunks of any length -> the fbank frames they complete.
 
 The residual samples of each sequence are kept (created on START, dropped on END or when idle), so the
-frames equal the whole-utterance fbank whatever the client's chunk sizes.
+frames equal the whole-utterance fbank whatever the client's chunk sizes. Parameter `fbank_backend`:
+"kaldi-native-fbank" (CPU, the default) or "kaldifeat" (one batched call per execute, on the instance's GPU
+for KIND_GPU).
 """
 
 import sys
@@ -16,7 +18,7 @@ except ImportError:  # real Triton's python stub: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from asr_server.asr import serving_config
-from asr_server.asr.features import checked_waveform
+from asr_server.asr.features import batch_fbank_computer, checked_waveform
 from asr_server.asr.pipeline import StreamingFeatures
 from asr_server.triton_helpers import control
 
@@ -24,30 +26,36 @@ from asr_server.triton_helpers import control
 class TritonPythonModel:
     def initialize(self, args):
         params = serving_config.parameters(args)
-        self.features = StreamingFeatures(serving_config.fbank_config(params),
-                                          float(params.get("idle_seconds", 5.0)))
+        config = serving_config.fbank_config(params)
+        gpu = args.get("model_instance_kind") == "GPU"
+        device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
+        compute = batch_fbank_computer(params.get("fbank_backend", "kaldi-native-fbank"), config, device)
+        self.features = StreamingFeatures(config, float(params.get("idle_seconds", 5.0)), compute)
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
+        responses = [None] * len(requests)
+        chunks, where = [], []
+        for i, request in enumerate(requests):
             key = int(control(request, "CORRID"))
             if request.is_cancelled():
                 self.features.drop(key)
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED)))
+                responses[i] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED))
                 continue
             wav = pb_utils.get_input_tensor_by_name(request, "wav").as_numpy()
             n = int(pb_utils.get_input_tensor_by_name(request, "wav_lens").as_numpy().reshape(-1)[0])
             try:
                 samples = checked_waveform(wav[0], n)
             except ValueError as exc:  # this chunk fails alone; the sequence keeps its state
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)))
+                responses[i] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
                 continue
-            frames = self.features.accept(key, samples, bool(control(request, "START")),
-                                          bool(control(request, "END")))
-            responses.append(pb_utils.InferenceResponse([
+            chunks.append((key, samples, bool(control(request, "START")), bool(control(request, "END"))))
+            where.append(i)
+        # every sequence's new samples in one fbank call (kaldifeat batches them on the device)
+        for i, frames in zip(where, self.features.accept_many(chunks) if chunks else []):
+            responses[i] = pb_utils.InferenceResponse([
                 pb_utils.Tensor("speech", frames[None].astype(np.float32)),
                 pb_utils.Tensor("speech_lengths", np.array([[frames.shape[0]]], dtype=np.int32)),
-            ]))
+            ])
         return responses
