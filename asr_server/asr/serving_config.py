@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .features import FbankConfig
+from .features import FbankConfig, batch_fbank_computer
 from .pipeline import DecodingSettings
 from .streaming import WindowConfig
 from .units import SymbolTable, Tokenizer
@@ -58,6 +58,14 @@ def fbank_config(params: Mapping[str, str]) -> FbankConfig:
         frame_length_ms=float(params.get("frame_length_ms", 25)),
         frame_shift_ms=float(params.get("frame_shift_ms", 10)),
     )
+
+
+def fbank_computer(args: Mapping[str, str], params: Mapping[str, str], config: FbankConfig):
+    """The ``fbank_backend`` parameter's batch fbank function ("kaldi-native-fbank", the default, or
+    "kaldifeat"), on the instance's GPU when the instance is KIND_GPU."""
+    gpu = args.get("model_instance_kind") == "GPU"
+    device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
+    return batch_fbank_computer(params.get("fbank_backend", "kaldi-native-fbank"), config, device)
 
 
 def window_config(params: Mapping[str, str]) -> WindowConfig:

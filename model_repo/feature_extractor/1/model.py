@@ -17,17 +17,14 @@ except ImportError:  # real Triton's python stub: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from asr_server.asr import serving_config
-from asr_server.asr.features import batch_fbank_computer, checked_waveform
+from asr_server.asr.features import checked_waveform
 
 
 class TritonPythonModel:
     def initialize(self, args):
         params = serving_config.parameters(args)
         self.config = serving_config.fbank_config(params)
-        gpu = args.get("model_instance_kind") == "GPU"
-        device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
-        self.compute_fbank = batch_fbank_computer(params.get("fbank_backend", "kaldi-native-fbank"), self.config,
-                                                  device)
+        self.compute_fbank = serving_config.fbank_computer(args, params, self.config)
         # The encoder's subsampling needs this many frames; shorter audio is padded (its speech_lengths stay
         # true, so it decodes to an empty transcript instead of failing in the encoder).
         self.min_frames = int(params.get("min_frames", 7))

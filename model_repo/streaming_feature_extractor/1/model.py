@@ -18,7 +18,7 @@ except ImportError:  # real Triton's python stub: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from asr_server.asr import serving_config
-from asr_server.asr.features import batch_fbank_computer, checked_waveform
+from asr_server.asr.features import checked_waveform
 from asr_server.asr.pipeline import StreamingFeatures
 from asr_server.triton_helpers import control
 
@@ -27,10 +27,8 @@ class TritonPythonModel:
     def initialize(self, args):
         params = serving_config.parameters(args)
         config = serving_config.fbank_config(params)
-        gpu = args.get("model_instance_kind") == "GPU"
-        device = f"cuda:{args.get('model_instance_device_id', '0')}" if gpu else "cpu"
-        compute = batch_fbank_computer(params.get("fbank_backend", "kaldi-native-fbank"), config, device)
-        self.features = StreamingFeatures(config, float(params.get("idle_seconds", 5.0)), compute)
+        self.features = StreamingFeatures(config, float(params.get("idle_seconds", 5.0)),
+                                          serving_config.fbank_computer(args, params, config))
 
     def execute(self, requests):
         responses = [None] * len(requests)
