@@ -62,7 +62,7 @@ REPLY = struct.Struct("<I")  # sherpa server -> client: payload bytes; then utf-
 
 # ----------------------------------------------------------------------------------------------- preparation
 
-def export_and_build(model_dir: Path, work: Path, threads: int) -> tuple[Path, Path]:
+def export_and_build(model_dir: Path, work: Path, threads: int, greedy: bool) -> tuple[Path, Path]:
     onnx_dir, repo = work / "onnx", work / "repo"
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "export_onnx.py"), "--model-dir", str(model_dir),
                           "--out-dir", str(onnx_dir), "--sherpa"], capture_output=True, text=True, timeout=300)
@@ -79,6 +79,13 @@ def export_and_build(model_dir: Path, work: Path, threads: int) -> tuple[Path, P
         config = repo / name / "config.pbtxt"
         config.write_text(config.read_text() + 'parameters { key: "intra_op_thread_count" '
                           f'value: {{ string_value: "{threads}" }} }}\n')
+    if greedy:  # decode as sherpa-onnx does: CTC greedy search, no attention rescoring
+        config = repo / "wenet" / "config.pbtxt"
+        text = config.read_text()
+        rescoring = '{ key: "rescoring" value: { string_value: "1" } }'
+        assert rescoring in text, "build_model_repo.py no longer writes the rescoring parameter this way"
+        config.write_text(text.replace(rescoring, rescoring.replace('"1"', '"0"'))
+                          + 'parameters { key: "search" value: { string_value: "greedy" } }\n')
     return onnx_dir / "sherpa", repo
 
 
@@ -377,6 +384,9 @@ def main() -> int:
     parser.add_argument("--sherpa-batch", type=int, default=32, help="most streams per decode_streams call")
     parser.add_argument("--budget-s", type=float, default=300.0, help="bound on the whole run")
     parser.add_argument("--work-dir", type=Path, default=None, help="keep the export and repository here")
+    parser.add_argument("--ours-greedy", action="store_true",
+                        help="our server decodes as sherpa-onnx does (CTC greedy, no attention rescoring) "
+                             "instead of prefix beam search + rescoring")
     args = parser.parse_args()
     t0 = time.monotonic()
     import sherpa_onnx
@@ -384,7 +394,7 @@ def main() -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="vs_sherpa_"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        sherpa_dir, repo = export_and_build(args.model_dir.resolve(), work, args.threads)
+        sherpa_dir, repo = export_and_build(args.model_dir.resolve(), work, args.threads, args.ours_greedy)
         sherpa_path, meta, notes = sherpa_model(sherpa_dir, args.model_dir)
         items = load_data(args.data)
         audio_s = sum(s.size for _, s, _ in items) / SAMPLE_RATE
@@ -475,8 +485,9 @@ def main() -> int:
         best, why, wer = summary.get(name, (0, "not run", None))
         wer_text = f"{100 * wer:.1f}%" if wer is not None else "n/a"
         print(f"{name}: max S {best} with p99 < {P99_BUDGET_MS:.0f} ms ({why}); WER {wer_text}")
-    print("WER differs by design: sherpa-onnx = CTC greedy on snip_edges=False fbank; "
-          "asr_server = CTC prefix beam + attention rescoring on snip_edges=True fbank")
+    ours = "CTC greedy" if args.ours_greedy else "CTC prefix beam + attention rescoring"
+    print(f"WER differs by design: sherpa-onnx = CTC greedy on snip_edges=False fbank; "
+          f"asr_server = {ours} on snip_edges=True fbank")
     s_best, o_best = summary.get("sherpa-onnx", (0,))[0], summary.get("asr_server", (0,))[0]
     ratio = f"{o_best / s_best:.2f}x" if s_best else "n/a"
     print(f"ratio asr_server / sherpa-onnx max streams: {ratio}; run took {time.monotonic() - t0:.0f} s")
