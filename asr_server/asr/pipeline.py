@@ -88,12 +88,9 @@ class StreamingFeatures:
         self.compute_fbank = compute_fbank or batch_fbank_computer("kaldi-native-fbank", config)
         self.streams: dict[SequenceKey, tuple[StreamingFbank, float]] = {}
 
-    def accept(self, key: SequenceKey, samples: np.ndarray, start: bool, end: bool) -> np.ndarray:
-        """New (T, num_mel_bins) frames of the sequence; its state is created on START, dropped on END."""
-        return self.accept_many([(key, samples, start, end)])[0]
-
     def accept_many(self, chunks: list[tuple[SequenceKey, np.ndarray, bool, bool]]) -> list[np.ndarray]:
-        """``accept`` for (key, samples, start, end) chunks in order, with one fbank call for all of them."""
+        """The new (T, num_mel_bins) frames of each (key, samples, start, end) chunk, taken in order, with one
+        fbank call for all of them; a sequence's state is created on START, dropped on END."""
         now = time.monotonic()
         self.drop_idle(now)
         ready = []
@@ -108,7 +105,7 @@ class StreamingFeatures:
                 self.streams[key] = (extractor, now)
         todo = [i for i, r in enumerate(ready) if r.size]
         frames = [np.zeros((0, self.config.num_mel_bins), dtype=np.float32)] * len(chunks)
-        for i, f in zip(todo, self.compute_fbank([ready[i] for i in todo]) if todo else []):
+        for i, f in zip(todo, self.compute_fbank([ready[i] for i in todo])):
             frames[i] = f
         return frames
 

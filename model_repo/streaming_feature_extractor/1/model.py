@@ -51,7 +51,7 @@ class TritonPythonModel:
             chunks.append((key, samples, bool(control(request, "START")), bool(control(request, "END"))))
             where.append(i)
         # every sequence's new samples in one fbank call (kaldifeat batches them on the device)
-        for i, frames in zip(where, self.features.accept_many(chunks) if chunks else []):
+        for i, frames in zip(where, self.features.accept_many(chunks)):
             responses[i] = pb_utils.InferenceResponse([
                 pb_utils.Tensor("speech", frames[None].astype(np.float32)),
                 pb_utils.Tensor("speech_lengths", np.array([[frames.shape[0]]], dtype=np.int32)),
