@@ -139,15 +139,15 @@ def make_batch(items, tokenizer: Tokenizer, rng: random.Random, augment: bool, p
     for i, f in enumerate(feats):
         x[i, : f.shape[0]] = torch.from_numpy(f)
     yl = torch.tensor([len(y) for y in ys])
-    y = torch.full((len(ys), int(yl.max())), IGNORE_ID, dtype=torch.int64)
-    for i, t in enumerate(ys):
-        y[i, : len(t)] = torch.tensor(t)
-    earliest = None
-    if emission_slack is not None:
-        earliest = torch.zeros_like(y)
-        for i, e in enumerate(bounds):
-            earliest[i, : len(e)] = torch.tensor(e)
+    y = pad_int_rows(ys, IGNORE_ID)
+    earliest = pad_int_rows(bounds, 0) if emission_slack is not None else None
     return x, xl, y, yl, earliest
+
+
+def pad_int_rows(rows: list[list[int]], fill: int) -> torch.Tensor:
+    """(B, longest) int64, each row's values then ``fill``."""
+    return torch.nn.utils.rnn.pad_sequence([torch.tensor(r, dtype=torch.int64) for r in rows], batch_first=True,
+                                           padding_value=fill)
 
 
 def lr_at(step: int, peak: float, warmup: int) -> float:

@@ -146,7 +146,8 @@ class U2Model(nn.Module):
         enc, masks = self.encoder(speech, speech_lengths, decoding_chunk_size)
         enc_lens = masks.squeeze(1).sum(1)
         cfg = self.model_cfg
-        loss_ctc = self.ctc(enc, enc_lens, text, text_lengths, ctc_earliest) if cfg.ctc_weight > 0 else enc.new_zeros(())
+        loss_ctc = (self.ctc(enc, enc_lens, text, text_lengths, ctc_earliest) if cfg.ctc_weight > 0
+                    else enc.new_zeros(()))
         if cfg.ctc_weight < 1.0:
             ys_in, ys_out = add_sos_eos(text, text_lengths, self.sos, self.eos)
             lens_in = text_lengths + 1
