@@ -71,21 +71,17 @@ def export_and_build(model_dir: Path, work: Path, threads: int, greedy: bool) ->
     for name in PYTHON_MODELS:
         (repo / name / "1").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / "model_repo" / name / "1" / "model.py", repo / name / "1" / "model.py")
+    # --ours-greedy: decode as sherpa-onnx does, CTC greedy search without attention rescoring
+    decoding = ["--search", "greedy", "--no-rescoring"] if greedy else []
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_model_repo.py"), "--model-dir", str(model_dir),
-                          "--onnx-dir", str(onnx_dir), "--out", str(repo)], capture_output=True, text=True, timeout=300)
+                          "--onnx-dir", str(onnx_dir), "--out", str(repo), *decoding],
+                         capture_output=True, text=True, timeout=300)
     if run.returncode != 0:
         raise SystemExit(f"build_model_repo failed:\n{run.stdout}\n{run.stderr}")
     for name in ONNX_MODELS:  # same intra-op thread count as sherpa-onnx gets
         config = repo / name / "config.pbtxt"
         config.write_text(config.read_text() + 'parameters { key: "intra_op_thread_count" '
                           f'value: {{ string_value: "{threads}" }} }}\n')
-    if greedy:  # decode as sherpa-onnx does: CTC greedy search, no attention rescoring
-        config = repo / "wenet" / "config.pbtxt"
-        text = config.read_text()
-        rescoring = '{ key: "rescoring" value: { string_value: "1" } }'
-        assert rescoring in text, "build_model_repo.py no longer writes the rescoring parameter this way"
-        config.write_text(text.replace(rescoring, rescoring.replace('"1"', '"0"'))
-                          + 'parameters { key: "search" value: { string_value: "greedy" } }\n')
     return onnx_dir / "sherpa", repo
 
 

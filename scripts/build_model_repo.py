@@ -84,7 +84,7 @@ def write(repo: Path, name: str, text: str, files: dict[str, Path] = {}) -> None
 
 
 def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: int, right_context: int,
-          subsampling: int, max_batch: int) -> None:
+          subsampling: int, max_batch: int, search: str = "prefix_beam", rescoring: bool = True) -> None:
     enc = graph_io(onnx_dir / "encoder.onnx")
     senc = graph_io(onnx_dir / "streaming_encoder.onnx")
     dec = graph_io(onnx_dir / "decoder.onnx")
@@ -96,7 +96,8 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
     model_rel = Path("..") / Path(os.path.relpath(model_dir.resolve(), repo.resolve()))
     units = model_rel / "units.txt"
     bpe = model_rel / "bpe.model"
-    shared = {"units": units, "beam_size": beam, "bidecoder": bidecoder, "rescoring": 1}
+    shared = {"units": units, "beam_size": beam, "bidecoder": bidecoder, "rescoring": int(rescoring),
+              "search": search}
     if (model_dir / "bpe.model").exists():
         shared["bpe_model"] = bpe
     fbank = {"num_mel_bins": mel, "frame_length_ms": 25, "frame_shift_ms": 10, "sample_rate": 16000}
@@ -276,6 +277,10 @@ def main() -> int:
     p.add_argument("--right-context", type=int, default=6, help="input frames the subsampling reads ahead")
     p.add_argument("--subsampling", type=int, default=4)
     p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--search", choices=("prefix_beam", "greedy"), default="prefix_beam",
+                   help="CTC search of the scoring and wenet models")
+    p.add_argument("--no-rescoring", dest="rescoring", action="store_false",
+                   help="the CTC search result is final (no attention rescoring with the decoder)")
     args = p.parse_args()
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
     onnx_dir = args.onnx_dir or args.model_dir / "onnx"
@@ -285,7 +290,7 @@ def main() -> int:
                         "--beam", str(args.beam)], check=True)
     args.onnx_dir = onnx_dir
     build(args.model_dir, args.onnx_dir, args.out, args.beam, args.chunk_size, args.right_context,
-          args.subsampling, args.max_batch)
+          args.subsampling, args.max_batch, args.search, args.rescoring)
     print(f"wrote the ASR pipelines into {args.out}")
     return 0
 

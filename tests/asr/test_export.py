@@ -195,3 +195,20 @@ def test_script_and_model_repository(tmp_path):
     assert np.array_equal(sorted(i.name for i in parsed["decoder"].input),
                           sorted(["encoder_out", "encoder_out_lens", "hyps_pad_sos_eos", "hyps_lens_sos",
                                   "r_hyps_pad_sos_eos", "ctc_score"]))
+
+    # The decoding the scorers are built with: prefix beam + rescoring by default, or as chosen.
+    from asr_server.asr.serving_config import decoding_settings
+
+    def settings(cfg):
+        return decoding_settings({k: v.string_value for k, v in cfg.parameters.items()}, _symbols())
+
+    greedy_repo = tmp_path / "greedy_repo"
+    builder.build(model_dir, onnx_dir, greedy_repo, beam=BEAM, chunk_size=CHUNK, right_context=6, subsampling=4,
+                  max_batch=16, search="greedy", rescoring=False)
+    for name in ("scoring", "wenet"):
+        default = settings(parsed[name])
+        assert (default.search_method, default.rescoring) == ("prefix_beam", True)
+        cfg = model_config_pb2.ModelConfig()
+        text_format.Parse((greedy_repo / name / "config.pbtxt").read_text(), cfg)
+        chosen = settings(cfg)
+        assert (chosen.search_method, chosen.rescoring) == ("greedy", False)
