@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr_server.asr.checkpoint import LoadedModel, load_model_dir  # noqa: E402
 from asr_server.asr import ctc_search, rescoring  # noqa: E402
 from asr_server.asr.features import fbank  # noqa: E402
+from client.inputs import collect_utterances  # noqa: E402
 
 
 def edit_distance(ref: list[str], hyp: list[str]) -> int:
@@ -49,12 +50,10 @@ def wer(refs: list[str], hyps: list[str]) -> float:
     return 100.0 * errors / max(1, sum(len(r.split()) for r in refs))
 
 
-def read_split(d: Path, limit: int | None):
-    wavs = dict(line.split(maxsplit=1) for line in (d / "wav.scp").read_text().splitlines() if line.strip())
-    rows = []
-    for line in (d / "text").read_text().splitlines():
-        utt, text = line.split(maxsplit=1)
-        rows.append((utt, wavs[utt].strip(), text.strip()))
+def read_split(d: Path, limit: int | None) -> list[tuple[str, str, str]]:
+    """(utt, wav path, reference) of a Kaldi-style dir (wav.scp + text), read as the client reads one (relative
+    paths resolve against the dir); utterances without a reference are skipped."""
+    rows = [(u.key, str(u.path), u.reference) for u in collect_utterances([d]) if u.reference is not None]
     return rows[:limit] if limit else rows
 
 
