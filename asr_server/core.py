@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import numbers
 from typing import AsyncIterator, Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -66,14 +67,15 @@ class InferenceCore:
         if not self.strict_readiness:
             return True
         # Strict readiness: every model the server was asked to load is ready (unloaded ones don't count).
-        return all(e.state == ModelState.READY or e.reason == "unloaded" for e in self.manager.models.values())
+        return all((e.state == ModelState.READY and all(_healthy(v) for v in e.versions.values()))
+                   or e.reason == "unloaded" for e in self.manager.models.values())
 
     def model_ready(self, name: str, version: str = "") -> bool:
         try:
-            self.manager.get(name, version)
+            loaded = self.manager.get(name, version)
         except ServerError:
             return False
-        return True
+        return _healthy(loaded)
 
     def server_metadata(self) -> dict:
         return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
@@ -204,10 +206,35 @@ class InferenceCore:
         return response
 
 
+def _healthy(loaded: LoadedVersion) -> bool:
+    """False once a scheduler could not go on (e.g. a sequence batcher whose loop gave up)."""
+    return getattr(loaded.scheduler, "healthy", True)
+
+
+UINT64_MAX = 2**64 - 1  # Triton's correlation ids are uint64 or strings
+
+
+def validate_sequence_id(model: str, request: InferRequest, prefix: str = "") -> None:
+    """A correlation id is an unsigned 64-bit integer or a string; a float or a bool (which a JSON or
+    protobuf parameter can carry) would reach the model's CORRID control or its state dict unchecked."""
+    sequence_id = request.sequence.id
+    if isinstance(sequence_id, str):
+        return
+    if isinstance(sequence_id, bool) or not isinstance(sequence_id, numbers.Integral):
+        raise invalid_argument(
+            f"{prefix}sequence_id for model '{model}' must be an unsigned integer or a string, "
+            f"got {type(sequence_id).__name__} {sequence_id!r}")
+    if not 0 <= int(sequence_id) <= UINT64_MAX:
+        raise invalid_argument(
+            f"{prefix}sequence_id {int(sequence_id)} for model '{model}' is out of range: it must be between "
+            f"0 and {UINT64_MAX}")
+
+
 def validate_request(config: mc.ModelConfig, request: InferRequest) -> None:
     """Check a request against its model's config, with Triton's words."""
     model = config.name
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    validate_sequence_id(model, request, prefix)
     declared = {t.name: t for t in config.input}
     given = [t.name for t in request.inputs]
     if len(set(given)) != len(given):

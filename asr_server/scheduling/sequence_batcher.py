@@ -13,20 +13,26 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.errors import ErrorCode, ServerError, invalid_argument
+from asr_server.errors import ErrorCode, ServerError, as_server_error, invalid_argument, unavailable
 from asr_server.scheduling import sequence_state as ss
 from asr_server.scheduling.base import Scheduler
 from asr_server.scheduling.instances import InstancePool
 from asr_server.scheduling.pending import Delivery, Pending
 from asr_server.types import InferResponse, SequenceId, Tensor
 
+log = logging.getLogger(__name__)
+
 DEFAULT_IDLE_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
 DEFAULT_MAX_SEQUENCES = 100_000  # live sequences before new ones are refused (memory bound)
+# Consecutive failures of the batching loop that free no request before it gives up and the model is
+# reported not ready (a loop that fails without making progress would otherwise spin).
+MAX_LOOP_FAILURES = 3
 
 
 @dataclasses.dataclass
@@ -60,6 +66,12 @@ class SequenceBatcher(Scheduler):
         self._ready = asyncio.Event()
         self._batch_done = asyncio.Event()  # set whenever a batch finishes (draining waits on it)
         self._loop_task: Optional[asyncio.Task] = None
+        self._forming: list[Pending] = []  # taken from their queues, not yet handed to an instance
+        self.failure: Optional[str] = None  # set when the batching loop could not go on (model not ready)
+
+    @property
+    def healthy(self) -> bool:
+        return self.failure is None
 
     @property
     def queued(self) -> int:
@@ -69,6 +81,15 @@ class SequenceBatcher(Scheduler):
     def _submit(self, pending: Pending) -> None:
         loop = asyncio.get_running_loop()
         control = pending.request.sequence
+        if self.failure is not None:
+            pending.fail(unavailable(f"model '{self.model_name}' is not ready: {self.failure}"))
+            return
+        if pending.batch_size != 1:
+            # Each row would be its own sequence step; Triton refuses rather than run only the first.
+            pending.fail(invalid_argument(
+                f"inference request to model '{self.model_name}' must specify batch-size 1 due to requirements "
+                "of sequence batcher"))
+            return
         if not control.active:
             pending.fail(invalid_argument(
                 f"inference request to model '{self.model_name}' must specify a non-zero or non-empty correlation ID"))
@@ -99,6 +120,7 @@ class SequenceBatcher(Scheduler):
         self._ready.set()
         if self._loop_task is None:
             self._loop_task = loop.create_task(self._batch_loop())
+            self._loop_task.add_done_callback(self._loop_ended)
 
     # ---- batching ------------------------------------------------------------------------------
     def _heads(self) -> list[Sequence]:
@@ -108,25 +130,79 @@ class SequenceBatcher(Scheduler):
         return heads
 
     async def _batch_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+        failures = 0
         while True:
-            self._evict_idle(loop.time())
-            heads = self._heads()
-            if not heads:
-                self._ready.clear()
-                await self._wait(self._next_idle_deadline(loop.time()))
-                continue
-            deadline = heads[0].queue[0].deadline or 0.0
-            if len(heads) < self.max_batch and loop.time() < deadline and self._more_may_come():
-                self._ready.clear()
-                await self._wait(deadline)
-                continue
-            instance = await self.pool.acquire()
+            try:
+                await self._step()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bug here must fail requests, not the model
+                failed = self._fail_forming(exc)
+                log.exception("sequence batcher of model '%s' failed; %d request(s) failed with it",
+                              self.model_name, failed)
+                failures = 0 if failed else failures + 1
+                if failures >= MAX_LOOP_FAILURES:
+                    raise
+
+    async def _step(self) -> None:
+        """Wait for work, then hand one batch to an instance."""
+        loop = asyncio.get_running_loop()
+        self._evict_idle(loop.time())
+        heads = self._heads()
+        if not heads:
+            self._ready.clear()
+            await self._wait(self._next_idle_deadline(loop.time()))
+            return
+        deadline = heads[0].queue[0].deadline or 0.0
+        if len(heads) < self.max_batch and loop.time() < deadline and self._more_may_come():
+            self._ready.clear()
+            await self._wait(deadline)
+            return
+        instance = await self.pool.acquire()
+        try:
             batch = self._take(self._heads()[: self.max_batch])
-            if not batch:
-                self.pool.release(instance)
-                continue
-            self._spawn(self._run(batch, instance))
+        except BaseException:
+            self.pool.release(instance)
+            raise
+        if not batch:
+            self.pool.release(instance)
+            return
+        self._forming = []
+        self._spawn(self._run(batch, instance))
+
+    def _fail_forming(self, exc: BaseException) -> int:
+        """Fail the requests the failed step had taken (each exactly once) and forget their sequences,
+        whose state is now unknown; returns how many."""
+        error = as_server_error(exc)
+        forming, self._forming = self._forming, []
+        for pending in forming:
+            pending.fail(error)
+            self._forget(pending.request.sequence.id)
+        return len(forming)
+
+    def _forget(self, sequence_id: SequenceId) -> None:
+        """Drop a sequence and fail whatever it still has queued (its later steps cannot run without it)."""
+        sequence = self.sequences.pop(sequence_id, None)
+        if sequence is None:
+            return
+        error = ServerError(f"sequence {sequence_id} of model '{self.model_name}' failed on an earlier request",
+                            ErrorCode.INTERNAL)
+        while sequence.queue:
+            sequence.queue.popleft().fail(error)
+
+    def _loop_ended(self, task: asyncio.Task) -> None:
+        """The loop only ends by cancellation (unload) or by giving up: then the model is not ready."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        self.failure = f"its sequence batcher stopped ({type(exc).__name__}: {exc})"
+        log.error("model '%s' is not ready: %s", self.model_name, self.failure)
+        error = unavailable(f"model '{self.model_name}' is not ready: {self.failure}")
+        for sequence in self.sequences.values():
+            while sequence.queue:
+                sequence.queue.popleft().fail(error)
+        self.sequences.clear()
 
     def _more_may_come(self) -> bool:
         """Waiting for the queue delay only helps while other live sequences might send."""
@@ -141,14 +217,25 @@ class SequenceBatcher(Scheduler):
             pass
 
     def _take(self, heads: list[Sequence]) -> list[Pending]:
-        batch = []
+        batch = self._forming = []
         for sequence in heads:
             pending = sequence.queue.popleft()
             if pending.request.cancelled():
                 pending.fail(ServerError("request cancelled", ErrorCode.CANCELLED))
                 continue
+            try:
+                self._prepare(sequence, pending)
+            except Exception as exc:  # noqa: BLE001 - this request fails alone, the batch goes on
+                log.warning("model '%s': request for sequence %r failed before execution: %s: %s",
+                            self.model_name, sequence.id, type(exc).__name__, exc)
+                pending.fail(invalid_argument(
+                    f"inference request for sequence {sequence.id!r} to model '{self.model_name}' cannot be "
+                    f"prepared: {type(exc).__name__}: {exc}") if isinstance(exc, (OverflowError, ValueError,
+                                                                                   TypeError))
+                    else as_server_error(exc))
+                self._forget(sequence.id)
+                continue
             sequence.running = True
-            self._prepare(sequence, pending)
             batch.append(pending)
         return batch
 

@@ -314,3 +314,89 @@ async def test_stop_drains_queued_sequence_requests(tmp_path: Path, running, cli
         results = await asyncio.gather(*calls)
         assert sorted(float(r.as_numpy("Y")[0, 0]) for r in results) == [2.0, 4.0, 6.0, 8.0]
         await client.close()
+
+
+# ---- hostile sequence ids and batches (issue 13) ---------------------------------------------------------
+
+
+def _sequence_request(model: str, sequence_id, value: float = 1.0, name: str = "INPUT", batch: int = 1):
+    from asr_server.types import InferRequest, SequenceControl, Tensor
+
+    data = np.full((batch, 1), value, dtype=np.float32)
+    return InferRequest(model, inputs=[Tensor(name, "FP32", data)],
+                        sequence=SequenceControl(sequence_id, start=True, end=True))
+
+
+async def test_a_request_the_batcher_cannot_prepare_fails_alone_and_the_loop_goes_on(
+        tmp_path: Path, running, client_of, caplog):
+    """int64 -1 as a UINT64 CORRID used to raise OverflowError inside the loop task, which died holding the
+    instance: every later request hung. Submitted past the core's checks (defence in depth)."""
+    from asr_server.scheduling.pending import Pending, ResponseChannel
+
+    py_accumulator(tmp_path)
+    async with running(tmp_path, allow_http=False) as server:
+        loaded = server.manager.get("py_accumulator")
+        channel = ResponseChannel(asyncio.get_running_loop())
+        loaded.scheduler.submit(Pending(_sequence_request("py_accumulator", -1, name="X"), channel))
+        with pytest.raises(Exception) as failed:
+            await asyncio.wait_for(channel.first(), 5)
+        assert "OverflowError" in str(failed.value) and "sequence -1" in str(failed.value)
+        assert "failed before execution" in caplog.text
+        client = client_of(server)
+        result = await asyncio.wait_for(client.infer("py_accumulator", x_input(3.0, "X"), sequence_id=5,
+                                                     sequence_start=True, sequence_end=True), 5)
+        assert float(result.as_numpy("SUM")[0, 0]) == 3.0
+        assert await client.is_model_ready("py_accumulator")
+        assert channel.dropped == 0  # resolved exactly once
+        await client.close()
+
+
+async def test_a_batcher_loop_that_cannot_go_on_marks_the_model_not_ready(tmp_path: Path, running, client_of,
+                                                                          caplog):
+    accumulator(tmp_path)
+    async with running(tmp_path, allow_http=False) as server:
+        client = client_of(server)
+        scheduler = server.manager.get("accumulator").scheduler
+
+        def broken():
+            raise RuntimeError("bug in the batcher")
+
+        scheduler._heads = broken
+        with pytest.raises(Exception) as first:
+            await asyncio.wait_for(client.infer("accumulator", x_input(1.0), sequence_id=1, sequence_start=True), 5)
+        assert "not ready" in str(first.value) and "bug in the batcher" in str(first.value)
+        assert "UNAVAILABLE" in str(first.value)
+        assert not await client.is_model_ready("accumulator")
+        assert not await client.is_server_ready()
+        assert "sequence batcher of model 'accumulator' failed" in caplog.text
+        with pytest.raises(Exception) as later:  # answered at once, never left hanging
+            await asyncio.wait_for(client.infer("accumulator", x_input(1.0), sequence_id=2, sequence_start=True), 5)
+        assert "UNAVAILABLE" in str(later.value)
+        await client.close()
+
+
+@pytest.mark.parametrize("sequence_id", [1.5, True, -1, 2**64])
+async def test_sequence_ids_that_are_not_uint64_or_string_are_refused_before_the_model(
+        tmp_path: Path, running, sequence_id):
+    py_accumulator(tmp_path)
+    async with running(tmp_path, allow_http=False) as server:
+        with pytest.raises(Exception) as refused:
+            await server.core.infer(_sequence_request("py_accumulator", sequence_id, name="X"))
+        assert refused.value.code.name == "INVALID_ARGUMENT"
+        assert "sequence_id" in refused.value.message
+        ok = await server.core.infer(_sequence_request("py_accumulator", 9, 2.0, name="X"))
+        assert float(ok.output("SUM").data[0, 0]) == 2.0
+
+
+async def test_a_batch_of_two_to_a_sequence_model_is_refused_as_triton_does(tmp_path: Path, running, client_of):
+    accumulator(tmp_path)
+    async with running(tmp_path, allow_http=False) as server:
+        client = client_of(server)
+        two = aioclient.InferInput("INPUT", [2, 1], "FP32")
+        two.set_data_from_numpy(np.array([[1.0], [2.0]], dtype=np.float32))
+        with pytest.raises(Exception) as refused:
+            await client.infer("accumulator", [two], sequence_id=4, sequence_start=True)
+        assert "StatusCode.INVALID_ARGUMENT" in str(refused.value)
+        assert ("inference request to model 'accumulator' must specify batch-size 1 due to requirements of "
+                "sequence batcher") in str(refused.value)
+        await client.close()
