@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import enum
 import logging
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable, Optional
@@ -21,6 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from asr_server.backends.base import Backend, ModelContext, backend_class
 from asr_server.errors import ErrorCode, ServerError, as_server_error, unknown_model
 from asr_server.repository import config as config_io
+from asr_server.repository import paths
 from asr_server.repository import versions as version_io
 from asr_server.scheduling.ensemble import EnsembleScheduler
 from asr_server.scheduling.factory import make_scheduler
@@ -64,6 +66,7 @@ class ModelEntry:
     versions: dict[int, LoadedVersion] = dataclasses.field(default_factory=dict)
     fingerprint: tuple = ()
     model_dir: Optional[Path] = None
+    temp_dir: Optional[Path] = None  # the folder made for a load with `file:` contents; removed with the model
 
 
 # Builds the BLS hooks for a model context: (infer_sync, infer_async), bound to the server core.
@@ -79,6 +82,8 @@ class ModelManager:
 
     # ---- lookup -------------------------------------------------------------------------------
     def find_model_dir(self, name: str) -> Optional[Path]:
+        if not paths.is_plain_name(name):
+            return None
         for repo in self.repositories:
             candidate = repo / name
             if candidate.is_dir():
@@ -126,14 +131,18 @@ class ModelManager:
     ) -> ModelEntry:
         """(Re)load a model from its folder; the old versions serve until the new ones are ready.
         `files` ({"1/model.onnx": bytes}) replaces the folder by one made of these files (RepositoryModelLoad)."""
+        paths.check_model_name(name)
         async with self._lock(name):
-            model_dir = self._materialise(name, files) if files else self.find_model_dir(name)
+            temp_dir = None
+            if files:
+                temp_dir = await asyncio.to_thread(self._materialise, name, files)
+                model_dir = temp_dir / name
+            else:
+                model_dir = self.find_model_dir(name)
             if model_dir is None:
-                raise ServerError(
-                    f"failed to load '{name}', failed to poll from model repository", ErrorCode.INTERNAL
-                )
+                raise paths.poll_failed(name)
             entry = self.models.setdefault(name, ModelEntry(name=name))
-            entry.model_dir = model_dir
+            previous_dir, entry.model_dir = entry.model_dir, model_dir
             previous = dict(entry.versions)
             if not previous:
                 entry.state = ModelState.LOADING
@@ -145,26 +154,42 @@ class ModelManager:
             except BaseException as exc:  # noqa: BLE001 - one broken model must not stop the others
                 error = as_server_error(exc)
                 log.error("failed to load '%s': %s", name, error.message)
-                if not previous:
+                if previous:
+                    entry.model_dir = previous_dir  # the old versions keep serving from there
+                else:
                     entry.state, entry.reason = ModelState.UNAVAILABLE, error.message
+                if temp_dir is not None:
+                    await asyncio.to_thread(_remove_tree, temp_dir)
                 raise ServerError(f"load failed for model '{name}': {error.message}", error.code) from None
             entry.config, entry.versions = config, new_versions
             entry.state, entry.reason = ModelState.READY, ""
             entry.fingerprint = await asyncio.to_thread(version_io.fingerprint, model_dir)
             for old in previous.values():
                 await self._unload_version(old)
+            old_temp, entry.temp_dir = entry.temp_dir, temp_dir
+            if old_temp is not None and old_temp != temp_dir:
+                await asyncio.to_thread(_remove_tree, old_temp)
             log.info("successfully loaded '%s' version(s) %s", name, sorted(new_versions))
             return entry
 
-    def _materialise(self, name: str, files: dict[str, bytes]) -> Path:
-        root = Path(tempfile.mkdtemp(prefix="asr_server_model_")) / name
-        for relative, data in files.items():
-            target = (root / relative).resolve()
-            if root.resolve() not in target.parents:
-                raise ServerError(f"file path '{relative}' escapes the model folder", ErrorCode.INVALID_ARGUMENT)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        return root
+    @staticmethod
+    def _materialise(name: str, files: dict[str, bytes]) -> Path:
+        """A new temporary folder holding `<name>/<path>` for each file; every path is checked before
+        anything is written. Returns the temporary folder (the caller removes it with the model)."""
+        relatives = [paths.check_file_path(relative) for relative in files]
+        temp_dir = Path(tempfile.mkdtemp(prefix="asr_server_model_"))
+        root = (temp_dir / name).resolve()
+        try:
+            for relative, data in zip(relatives, files.values()):
+                target = root / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if root not in target.resolve().parents:  # a symlink on the way (cannot happen in a fresh folder)
+                    raise paths.invalid_file(relative)
+                target.write_bytes(data)
+        except BaseException:
+            _remove_tree(temp_dir)
+            raise
+        return temp_dir
 
     def _prepare(self, model_dir: Path, name: str, override: Optional[str]) -> tuple[mc.ModelConfig, list[int]]:
         config = config_io.config_from_json(override) if override else config_io.read_config(model_dir)
@@ -236,6 +261,9 @@ class ModelManager:
             entry.state, entry.reason = ModelState.UNLOADING, ""
             for version in versions.values():
                 await self._unload_version(version)
+            if entry.temp_dir is not None:
+                await asyncio.to_thread(_remove_tree, entry.temp_dir)
+                entry.temp_dir = None
             entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
             log.info("successfully unloaded '%s'", name)
 
@@ -287,3 +315,7 @@ class ModelManager:
         for name in list(self.models):
             if self.models[name].versions:
                 await self.unload(name)
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
