@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-timeout-secs", type=float, default=30.0)
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--grpc-max-message-bytes", type=int, default=1 << 30)
+    p.add_argument("--http-max-input-size", type=int, default=64 << 20, help="bytes; larger HTTP bodies get 413")
     return p
 
 
@@ -65,6 +66,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         exit_timeout_secs=args.exit_timeout_secs,
         log_verbose=args.log_verbose,
         max_message_bytes=args.grpc_max_message_bytes,
+        http_max_input_size=args.http_max_input_size,
     )
 
 

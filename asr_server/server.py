@@ -25,6 +25,9 @@ from asr_server.settings import ServerSettings, validate
 from asr_server.types import InferRequest
 
 log = logging.getLogger(__name__)
+# After answering a request whose body was not read (413 over --http-max-input-size), read and drop what the
+# client still sends for this long so that it sees the answer, then close (aiohttp's default: 10 s).
+LINGER_S = 1.0
 
 
 class Server:
@@ -84,7 +87,7 @@ class Server:
         if s.allow_http:
             from asr_server.protocol.http_app import make_app
 
-            app = make_app(self.core, self.runtime, max_body_bytes=s.max_message_bytes)
+            app = make_app(self.core, self.runtime, max_body_bytes=s.http_max_input_size)
             self.http_port = await self._serve(app, s.http_address, s.http_port)
             log.info("Started HTTPService at %s:%d", s.http_address, self.http_port)
         if s.allow_metrics:
@@ -110,7 +113,7 @@ class Server:
             raise ServerError(f"failed to load all models: {', '.join(e.name for e in failed)}")
 
     async def _serve(self, app: web.Application, host: str, port: int) -> int:
-        runner = web.AppRunner(app, access_log=None)
+        runner = web.AppRunner(app, access_log=None, lingering_time=LINGER_S)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()

@@ -27,6 +27,7 @@ class ServerSettings:
     exit_on_error: bool = True  # --exit-on-error: fail start-up when a model fails to load
     log_verbose: int = 0  # --log-verbose
     max_message_bytes: int = 1 << 30  # --grpc-max-message-bytes: larger requests get RESOURCE_EXHAUSTED
+    http_max_input_size: int = 64 << 20  # --http-max-input-size: bytes; larger HTTP bodies get 413
     exit_timeout_secs: float = 30.0  # --exit-timeout-secs: drain time at shutdown
 
 
@@ -45,4 +46,6 @@ def validate(settings: ServerSettings) -> ServerSettings:
         raise ValueError("--repository-poll-secs must be positive")
     if settings.max_message_bytes <= 0:
         raise ValueError("--grpc-max-message-bytes must be positive")
+    if settings.http_max_input_size <= 0:
+        raise ValueError("--http-max-input-size must be positive")
     return settings

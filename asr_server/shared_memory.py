@@ -2,6 +2,9 @@
 
 A client creates `/dev/shm/<key>` (tritonclient.utils.shared_memory does), registers it under a name, and
 then names the region, offset and size in an input's or output's parameters instead of sending bytes.
+A key is what `shm_open` takes: an optional leading '/', then one file name. Any other key (a '/' further on,
+'.', '..') is refused, and the file is opened relative to /dev/shm without following links, so that no key
+and no link planted in /dev/shm lets inference read or overwrite a file elsewhere.
 CUDA shared memory needs a GPU and CUDA IPC: without them its RPCs answer a clear error.
 """
 
@@ -10,11 +13,45 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+import stat
 import threading
 
 from asr_server.errors import ErrorCode, ServerError, invalid_argument
 
 SHM_ROOT = "/dev/shm"
+NAME_MAX = 255  # bytes in one file name (Linux)
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO never stalls
+
+
+def shm_name(key: str) -> str:
+    """The file name under /dev/shm that `shm_open(key)` opens; INVALID_ARGUMENT for keys it refuses."""
+    name = key[1:] if key.startswith("/") else key
+    try:
+        encoded = os.fsencode(name)
+    except UnicodeEncodeError:  # a lone surrogate from JSON: no file has that name
+        encoded = b""
+    if not encoded or name in (".", "..") or b"/" in encoded or b"\0" in encoded or len(encoded) > NAME_MAX:
+        raise invalid_argument(
+            f"Unable to open shared memory region: '{key}': a key is an optional '/' then a name of 1 to "
+            f"{NAME_MAX} bytes without '/', other than '.' and '..'"
+        )
+    return name
+
+
+def _open_region(key: str) -> int:
+    """A descriptor of the regular file /dev/shm/<name>, opened without leaving /dev/shm or following a link."""
+    name = shm_name(key)
+    root = os.open(SHM_ROOT, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(name, _OPEN_FLAGS, dir_fd=root)
+    except OSError as exc:
+        raise invalid_argument(f"Unable to open shared memory region: '{key}': {exc.strerror}") from None
+    finally:
+        os.close(root)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise invalid_argument(f"Unable to open shared memory region: '{key}': not a regular file")
+    return fd
 
 
 @dataclasses.dataclass
@@ -35,11 +72,7 @@ class SharedMemoryRegistry:
         with self._lock:
             if name in self._regions:
                 raise ServerError(f"shared memory region '{name}' already in manager", ErrorCode.ALREADY_EXISTS)
-            path = os.path.join(SHM_ROOT, key.lstrip("/"))
-            try:
-                fd = os.open(path, os.O_RDWR)
-            except OSError as exc:
-                raise invalid_argument(f"Unable to open shared memory region: '{key}': {exc.strerror}") from None
+            fd = _open_region(key)
             try:
                 size = os.fstat(fd).st_size
                 if offset < 0 or byte_size <= 0 or offset + byte_size > size:

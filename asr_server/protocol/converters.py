@@ -17,9 +17,10 @@ from tritonclient.grpc import service_pb2 as pb
 from asr_server.core import ModelMetadata
 from asr_server.dtypes import ELEMENT_SIZE, numpy_dtype
 from asr_server.errors import invalid_argument
+from asr_server.protocol import parameters as rules
 from asr_server.shared_memory import SharedMemoryRegistry
 from asr_server.statistics import Duration, ModelStatistics
-from asr_server.types import InferRequest, InferResponse, RequestedOutput, SequenceControl, Tensor
+from asr_server.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
 # Request parameters the server consumes itself; the rest reach the model.
 RESERVED_PARAMETERS = {
@@ -33,6 +34,11 @@ CONTENTS_FIELD = {
     "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
     "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
     "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+}
+# The numpy dtype of each field's protobuf elements; narrower types keep the low bytes, as Triton does.
+CONTENTS_DTYPE = {
+    "bool_contents": np.bool_, "int_contents": np.int32, "int64_contents": np.int64, "uint_contents": np.uint32,
+    "uint64_contents": np.uint64, "fp32_contents": np.float32, "fp64_contents": np.float64,
 }
 
 
@@ -55,6 +61,30 @@ def set_parameter(param: pb.InferParameter, value: Any) -> None:
 
 def _parameters(params) -> dict[str, Any]:
     return {key: parameter_value(params[key]) for key in params}
+
+
+def _typed(params) -> dict[str, rules.Typed]:
+    return {key: rules.grpc_typed(params[key]) for key in params}
+
+
+# ---- shapes -------------------------------------------------------------------------------------
+def check_shape(shape: tuple[int, ...], datatype: str, name: str) -> None:
+    """Refuse negative dimensions, and shapes whose element count or byte size overflows int64.
+
+    The product skips zero dimensions, as numpy's does: [0, 2^62, 2^62] holds no element yet no array of
+    that shape can exist, so it is a client error here rather than a failure later in numpy.
+    """
+    if any(d < 0 for d in shape):
+        raise invalid_argument(f"input '{name}' has a negative dimension {list(shape)}")
+    size = ELEMENT_SIZE.get(datatype, 8)  # BYTES: numpy holds one 8-byte object reference per element
+    for d in shape:
+        if d:
+            size *= d
+        if size > rules.INT64_MAX:
+            raise invalid_argument(
+                f"input '{name}' with shape {list(shape)} is too large: its element count or byte size "
+                f"overflows int64"
+            )
 
 
 # ---- BYTES --------------------------------------------------------------------------------------
@@ -127,11 +157,13 @@ def _decode_contents(contents: pb.InferTensorContents, datatype: str, shape: tup
         array = np.empty(count, dtype=np.object_)
         array[:] = values
         return array.reshape(shape)
-    return np.array(values, dtype=numpy_dtype(datatype)).reshape(shape)
+    wide = np.array(values, dtype=CONTENTS_DTYPE[field])
+    return wide.astype(numpy_dtype(datatype), copy=False).reshape(shape)
 
 
 def request_from_pb(message: pb.ModelInferRequest, shm: Optional[SharedMemoryRegistry] = None) -> InferRequest:
     params = _parameters(message.parameters)
+    controls = rules.controls(_typed(message.parameters), http=False)
     raw = list(message.raw_input_contents)
     if raw and len(raw) != len(message.inputs):
         raise invalid_argument(
@@ -140,26 +172,33 @@ def request_from_pb(message: pb.ModelInferRequest, shm: Optional[SharedMemoryReg
     inputs = []
     for index, tensor in enumerate(message.inputs):
         shape = tuple(int(d) for d in tensor.shape)
-        if any(d < 0 for d in shape):
-            raise invalid_argument(f"input '{tensor.name}' has a negative dimension {list(shape)}")
+        check_shape(shape, tensor.datatype, tensor.name)
         tensor_params = _parameters(tensor.parameters)
-        if "shared_memory_region" in tensor_params:
+        placement = rules.shm_placement(_typed(tensor.parameters), tensor.name, http=False)
+        if placement is not None:
+            if tensor.HasField("contents"):
+                raise invalid_argument(
+                    f"unexpected 'content' provided when using shared memory for input tensor '{tensor.name}' "
+                    f"for model '{message.model_name}'"
+                )
             if shm is None:
                 raise invalid_argument("shared memory is not available on this endpoint")
-            data = shm.read(
-                tensor_params["shared_memory_region"],
-                int(tensor_params.get("shared_memory_offset", 0)),
-                int(tensor_params["shared_memory_byte_size"]),
-            )
+            data = shm.read(placement.region, placement.offset, placement.byte_size)
             array = decode_raw(data, tensor.datatype, shape, tensor.name)
         elif raw:
+            if tensor.HasField("contents"):
+                raise invalid_argument(
+                    f"contents field must not be specified when using raw_input_contents for '{tensor.name}' "
+                    f"for model '{message.model_name}'"
+                )
             array = decode_raw(raw[index], tensor.datatype, shape, tensor.name)
         else:
             array = _decode_contents(tensor.contents, tensor.datatype, shape, tensor.name)
         rest = {k: v for k, v in tensor_params.items() if k not in SHM_KEYS}
         inputs.append(Tensor(tensor.name, tensor.datatype, array, rest))
+    for output in message.outputs:
+        rules.shm_placement(_typed(output.parameters), output.name, http=False)
     outputs = [RequestedOutput(o.name, _parameters(o.parameters)) for o in message.outputs]
-    sequence_id = params.get("sequence_id", 0)
     return InferRequest(
         model_name=message.model_name,
         model_version=message.model_version,
@@ -167,13 +206,9 @@ def request_from_pb(message: pb.ModelInferRequest, shm: Optional[SharedMemoryReg
         inputs=inputs,
         outputs=outputs,
         parameters={k: v for k, v in params.items() if k not in RESERVED_PARAMETERS},
-        sequence=SequenceControl(
-            id=sequence_id if sequence_id is not None else 0,
-            start=bool(params.get("sequence_start", False)),
-            end=bool(params.get("sequence_end", False)),
-        ),
-        priority=int(params.get("priority", 0) or 0),
-        timeout_us=int(params.get("timeout", 0) or 0),
+        sequence=controls.sequence,
+        priority=controls.priority,
+        timeout_us=controls.timeout_us,
     )
 
 

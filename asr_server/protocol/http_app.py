@@ -4,13 +4,16 @@ Each handler parses the request (`http_converters`), calls the core and writes T
 `tritonclient.http` and `curl` scripts written for Triton work unchanged. Errors answer
 `{"error": "<message>"}` with the status from the one table in `status.py`.
 Large JSON bodies are parsed and written in a worker thread so that the event loop keeps serving.
+Bodies are capped (Triton's --http-max-input-size): a declared Content-Length above the cap is answered 413
+before any of the body is read, a chunked or compressed body is cut off as soon as it passes the cap, and
+either way the connection is closed rather than left to drain the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Optional
 
 from aiohttp import web
 
@@ -24,7 +27,7 @@ from asr_server.types import InferRequest
 log = logging.getLogger(__name__)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-MAX_BODY_BYTES = 1 << 30  # bytes; the same ceiling as gRPC's default max message size
+MAX_BODY_BYTES = 64 << 20  # bytes; Triton's default --http-max-input-size
 # JSON work above these sizes runs in a worker thread (json and numpy list conversion hold the GIL
 # but not the loop); below them the hop would cost more than the work.
 OFFLOAD_JSON_BYTES = 64 * 1024  # bytes of request JSON
@@ -33,6 +36,7 @@ DECOUPLED_MESSAGE = "HTTP end point doesn't support models with decoupled transa
 NO_CUDA_MESSAGE = "failed to register CUDA shared memory region: this server has no CUDA device"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_BODY_KEY = web.AppKey("max_body_bytes", int)
 
 
 def json_response(value: Any, status: int = 200) -> web.Response:
@@ -43,12 +47,30 @@ def error_response(message: str, status: int) -> web.Response:
     return json_response({"error": message}, status)
 
 
+def too_large(limit: int, size: Optional[int] = None) -> web.Response:
+    """413, and the connection closes: the unread rest of the body is never drained."""
+    body = "request body" if size is None else f"request body of {size} bytes"
+    response = error_response(
+        f"{body} exceeds the maximum allowed value of {limit} bytes; use --http-max-input-size to increase "
+        f"the limit", 413,
+    )
+    response.force_close()
+    return response
+
+
 @web.middleware
 async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure becomes Triton's `{"error": ...}`; client mistakes are logged in one line."""
+    limit = request.app[MAX_BODY_KEY]
+    if request.content_length is not None and request.content_length > limit:
+        log.warning("%s %s: Content-Length %d is over the cap", request.method, request.path, request.content_length)
+        return too_large(limit, request.content_length)
     try:
         return await handler(request)
-    except web.HTTPException as exc:  # routing and body-size errors raised by aiohttp itself
+    except web.HTTPRequestEntityTooLarge:  # raised by request.read() once a body passes client_max_size
+        log.warning("%s %s: body over the cap", request.method, request.path)
+        return too_large(limit)
+    except web.HTTPException as exc:  # routing errors raised by aiohttp itself
         if exc.status < 400:
             raise
         log.warning("%s %s: %s", request.method, request.path, exc.text or exc.reason)
@@ -233,6 +255,7 @@ def _no_cuda_region(request: web.Request) -> None:
 def make_app(core: InferenceCore, settings: RuntimeSettings, max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
     service = HttpService(core, settings)
     app = web.Application(middlewares=[errors_as_json], client_max_size=max_body_bytes)
+    app[MAX_BODY_KEY] = max_body_bytes
     r = app.router
     r.add_get("/v2/health/live", service.live)
     r.add_get("/v2/health/ready", service.ready)

@@ -27,9 +27,10 @@ from asr_server.core import ModelMetadata
 from asr_server.dtypes import ELEMENT_SIZE, numpy_dtype
 from asr_server.errors import invalid_argument
 from asr_server.protocol import converters
+from asr_server.protocol import parameters as rules
 from asr_server.shared_memory import Region, SharedMemoryRegistry
 from asr_server.statistics import ModelStatistics
-from asr_server.types import InferRequest, InferResponse, RequestedOutput, SequenceControl, Tensor
+from asr_server.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
 JSON_ONLY_BINARY = ("FP16", "BF16")  # JSON has no half-precision numbers: these travel as binary only
 _INT64_TYPES = (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64)
@@ -38,7 +39,8 @@ _OUTPUT_TRANSPORT_KEYS = ("binary_data",)
 
 
 def dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    # "replace": a lone surrogate a client sent (JSON allows "\ud800") may come back in an error message
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")
 
 
 def loads(body: bytes | memoryview, what: str = "request") -> Any:
@@ -48,6 +50,8 @@ def loads(body: bytes | memoryview, what: str = "request") -> Any:
         return json.loads(bytes(body))
     except (UnicodeDecodeError, ValueError) as exc:
         raise invalid_argument(f"failed to parse the {what} JSON buffer: {exc}") from None
+    except RecursionError:  # json's parser recurses once per nested array or object
+        raise invalid_argument(f"failed to parse the {what} JSON buffer: nesting is too deep") from None
 
 
 def loads_object(body: bytes | memoryview, what: str = "request") -> dict:
@@ -247,12 +251,14 @@ def request_from_json(
         if not isinstance(name, str):
             raise invalid_argument("each requested output needs a string 'name'")
         out_params = _object(item.get("parameters"), f"parameters of output '{name}'")
+        rules.shm_placement(_typed(out_params), name, http=True)
         if "binary_data" in out_params:
-            binary_flags[name] = bool(out_params["binary_data"])
+            binary_flags[name] = rules.checked("binary_data", rules.json_typed(out_params["binary_data"]), True, name)
         outputs.append(RequestedOutput(name, {k: v for k, v in out_params.items() if k not in _OUTPUT_TRANSPORT_KEYS}))
     request_id = header.get("id", "")
     if not isinstance(request_id, str):
-        raise invalid_argument("request 'id' must be a string")
+        raise invalid_argument("Unable to parse 'id': request 'id' must be a string")
+    controls = rules.controls(_typed(params), http=True)
     request = InferRequest(
         model_name=model_name,
         model_version=model_version,
@@ -260,11 +266,15 @@ def request_from_json(
         inputs=inputs,
         outputs=outputs,
         parameters={k: v for k, v in params.items() if k not in converters.RESERVED_PARAMETERS},
-        sequence=_sequence(params),
-        priority=_json_int(params.get("priority", 0), "priority"),
-        timeout_us=_json_int(params.get("timeout", 0), "timeout"),
+        sequence=controls.sequence,
+        priority=controls.priority,
+        timeout_us=controls.timeout_us,
     )
-    return request, OutputForm(bool(params.get("binary_data_output", False)), binary_flags)
+    return request, OutputForm(params.get("binary_data_output", False), binary_flags)
+
+
+def _typed(params: dict) -> dict[str, rules.Typed]:
+    return {key: rules.json_typed(value) for key, value in params.items()}
 
 
 def _input_from_json(item: dict, binary: memoryview, shm: Optional[SharedMemoryRegistry]) -> tuple[Tensor, int]:
@@ -276,21 +286,17 @@ def _input_from_json(item: dict, binary: memoryview, shm: Optional[SharedMemoryR
     if not isinstance(shape_json, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape_json):
         raise invalid_argument(f"input '{name}' needs a 'shape' array of integers")
     shape = tuple(shape_json)
-    if any(d < 0 for d in shape):
-        raise invalid_argument(f"input '{name}' has a negative dimension {list(shape)}")
+    converters.check_shape(shape, datatype, name)
     params = _object(item.get("parameters"), f"parameters of input '{name}'")
     rest = {k: v for k, v in params.items() if k not in converters.SHM_KEYS and k != "binary_data_size"}
-    if "shared_memory_region" in params:
+    placement = rules.shm_placement(_typed(params), name, http=True)
+    if placement is not None:
         if shm is None:
             raise invalid_argument("shared memory is not available on this endpoint")
-        data = shm.read(
-            params["shared_memory_region"],
-            _json_int(params.get("shared_memory_offset", 0), "shared_memory_offset"),
-            _json_int(params.get("shared_memory_byte_size"), "shared_memory_byte_size"),
-        )
+        data = shm.read(placement.region, placement.offset, placement.byte_size)
         return Tensor(name, datatype, converters.decode_raw(data, datatype, shape, name), rest), 0
     if "binary_data_size" in params:
-        size = _json_int(params["binary_data_size"], "binary_data_size")
+        size = rules.checked("binary_data_size", rules.json_typed(params["binary_data_size"]), True, name)
         if size > len(binary):
             raise invalid_argument(
                 f"unexpected size for input '{name}': binary_data_size {size} exceeds the remaining "
@@ -328,38 +334,25 @@ def _decode_json_data(data: Any, datatype: str, shape: tuple[int, ...], name: st
 
 
 def _flatten(data: Any) -> list:
-    if not isinstance(data, list):
-        return [data]
-    flat = []
-    for item in data:
-        flat.extend(_flatten(item))
+    """Nested JSON lists -> their leaves in order, without recursion (nesting depth is the client's choice)."""
+    flat, stack = [], [iter([data])]
+    while stack:
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+        elif isinstance(item, list):
+            stack.append(iter(item))
+        else:
+            flat.append(item)
     return flat
 
 
-def _sequence(params: dict) -> SequenceControl:
-    sequence_id = params.get("sequence_id", 0)
-    if sequence_id is None:
-        sequence_id = 0
-    if isinstance(sequence_id, bool) or not isinstance(sequence_id, (int, str)):
-        raise invalid_argument("sequence_id must be an unsigned integer or a string")
-    if isinstance(sequence_id, int) and sequence_id < 0:
-        raise invalid_argument(f"sequence_id must be an unsigned integer, got {sequence_id}")
-    return SequenceControl(
-        id=sequence_id,
-        start=_json_bool(params.get("sequence_start", False), "sequence_start"),
-        end=_json_bool(params.get("sequence_end", False), "sequence_end"),
-    )
+_END = object()
 
 
 def _json_int(value: Any, what: str) -> int:
     if value is None or isinstance(value, bool) or not isinstance(value, int):
         raise invalid_argument(f"'{what}' must be an integer, got {json.dumps(value)}")
-    return value
-
-
-def _json_bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise invalid_argument(f"'{what}' must be a boolean, got {json.dumps(value)}")
     return value
 
 

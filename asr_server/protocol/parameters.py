@@ -1,0 +1,154 @@
+"""The request and tensor parameters the server reads itself, checked by one set of rules for both protocols.
+
+gRPC carries a parameter as one typed field of `InferParameter` (`int64_param`, `bool_param`, ...); HTTP
+carries a JSON value. Both converters turn a parameter into a `Typed` (the gRPC field's kind, or the kind a
+JSON value maps to) and call the functions here, so `sequence_id` -1, a double `sequence_id` or a string
+`priority` are refused the same way on both endpoints, before anything reaches a scheduler.
+Messages follow Triton: gRPC's infer handler words for gRPC, its HTTP server's "Unable to parse" for HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping, NamedTuple, Optional
+
+from asr_server.errors import invalid_argument
+from asr_server.types import SequenceControl
+
+INT64_MAX = (1 << 63) - 1
+UINT64_MAX = (1 << 64) - 1
+
+
+class Typed(NamedTuple):
+    """A parameter's value with its wire kind: int64, uint64, bool, string, double, or unset / other."""
+
+    kind: str
+    value: Any
+
+
+def grpc_typed(param) -> Typed:
+    """An `InferParameter` -> its kind ("int64" for `int64_param`) and value; "unset" when no field is set."""
+    field = param.WhichOneof("parameter_choice")
+    if field is None:
+        return Typed("unset", None)
+    return Typed(field[: -len("_param")], getattr(param, field))
+
+
+def json_typed(value: Any) -> Typed:
+    """A JSON value -> the gRPC kind it stands for (integers >= 2^63 are uint64, as on the wire)."""
+    if isinstance(value, bool):
+        return Typed("bool", value)
+    if isinstance(value, int):
+        return Typed("int64" if value <= INT64_MAX else "uint64", value)
+    if isinstance(value, float):
+        return Typed("double", value)
+    if isinstance(value, str):
+        return Typed("string", value)
+    return Typed("other", value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    kinds: frozenset  # the kinds accepted
+    grpc_expected: str  # Triton's gRPC words for them
+    http_expected: str  # the same in JSON terms
+    unsigned: bool = False  # integers must lie in [0, 2^64)
+
+
+_UNSIGNED = frozenset({"int64", "uint64"})
+_BOOL = Rule(frozenset({"bool"}), "bool_param", "a boolean")
+
+RULES = {
+    # Triton accepts int64 or string ids; uint64 too, since a correlation id is unsigned.
+    "sequence_id": Rule(_UNSIGNED | {"string"}, "int64_param, uint64_param or string_param",
+                        "an unsigned integer or a string", unsigned=True),
+    "sequence_start": _BOOL,
+    "sequence_end": _BOOL,
+    "priority": Rule(_UNSIGNED, "int64_param or uint64_param", "an unsigned integer", unsigned=True),
+    "timeout": Rule(_UNSIGNED, "int64_param or uint64_param", "an unsigned integer", unsigned=True),
+    "triton_enable_empty_final_response": _BOOL,
+    "binary_data_output": _BOOL,  # HTTP
+    "binary_data": _BOOL,  # HTTP, per output
+    "shared_memory_region": Rule(frozenset({"string"}), "string_param", "a string"),
+    "shared_memory_offset": Rule(frozenset({"int64"}), "int64_param", "an unsigned integer", unsigned=True),
+    "shared_memory_byte_size": Rule(frozenset({"int64"}), "int64_param", "an unsigned integer", unsigned=True),
+    "binary_data_size": Rule(frozenset({"int64"}), "int64_param", "an unsigned integer", unsigned=True),  # HTTP
+}
+
+
+def checked(key: str, typed: Typed, http: bool, tensor: Optional[str] = None) -> Any:
+    """The parameter's value once it meets RULES[key]; INVALID_ARGUMENT in Triton's words otherwise."""
+    rule = RULES[key]
+    where = f" for tensor '{tensor}'" if tensor is not None else ""
+    if typed.kind not in rule.kinds:
+        if http:
+            raise invalid_argument(f"Unable to parse '{key}'{where}: expected {rule.http_expected}, got {_json(typed)}")
+        raise invalid_argument(f"invalid value type for '{key}' parameter{where}, expected {rule.grpc_expected}.")
+    if rule.unsigned and typed.kind in _UNSIGNED and not 0 <= typed.value <= UINT64_MAX:
+        if http:
+            raise invalid_argument(f"Unable to parse '{key}'{where}: expected {rule.http_expected}, got {_json(typed)}")
+        raise invalid_argument(f"invalid value for '{key}'{where}, expected value >= 0.")
+    return typed.value
+
+
+def _json(typed: Typed) -> str:
+    try:
+        return json.dumps(typed.value)[:64]
+    except (TypeError, ValueError):
+        return type(typed.value).__name__
+
+
+@dataclasses.dataclass(frozen=True)
+class Controls:
+    """What a request's reserved parameters ask of the server."""
+
+    sequence: SequenceControl  # sequence_id / sequence_start / sequence_end
+    priority: int  # 0: the model's default level
+    timeout_us: int  # 0: the queue policy's default
+
+
+def controls(params: Mapping[str, Typed], http: bool) -> Controls:
+    def get(key: str, default: Any) -> Any:
+        return checked(key, params[key], http) if key in params else default
+
+    for key in ("triton_enable_empty_final_response", "binary_data_output"):
+        get(key, False)
+    return Controls(
+        sequence=SequenceControl(
+            id=get("sequence_id", 0), start=get("sequence_start", False), end=get("sequence_end", False)
+        ),
+        priority=get("priority", 0),
+        timeout_us=get("timeout", 0),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ShmPlacement:
+    """Where a tensor's bytes lie in a registered shared-memory region."""
+
+    region: str  # the registered region's name
+    offset: int  # bytes from the start of the region
+    byte_size: int  # bytes of the tensor
+
+
+def shm_placement(params: Mapping[str, Typed], tensor: str, http: bool) -> Optional[ShmPlacement]:
+    """A tensor's shared-memory parameters, checked as Triton's ParseSharedMemoryParams does; None without them."""
+    if "shared_memory_region" not in params:
+        for key in ("shared_memory_offset", "shared_memory_byte_size"):
+            if key in params:
+                raise invalid_argument(
+                    f"'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+                )
+        return None
+    if "shared_memory_byte_size" not in params:
+        raise invalid_argument(
+            f"'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for "
+            f"tensor '{tensor}'"
+        )
+    offset = params.get("shared_memory_offset", Typed("int64", 0))
+    return ShmPlacement(
+        region=checked("shared_memory_region", params["shared_memory_region"], http, tensor),
+        offset=checked("shared_memory_offset", offset, http, tensor),
+        byte_size=checked("shared_memory_byte_size", params["shared_memory_byte_size"], http, tensor),
+    )
