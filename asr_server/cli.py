@@ -42,6 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-timeout-secs", type=float, default=30.0)
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--grpc-max-message-bytes", type=int, default=1 << 30)
+    p.add_argument("--grpc-restricted-protocol", action="append", default=[],
+                   help="<protocol>[,<protocol>...]:<key>=<value>: calls need header triton-grpc-protocol-<key>")
+    p.add_argument("--http-restricted-api", action="append", default=[],
+                   help="<api>[,<api>...]:<key>=<value>: requests need header <key>: <value>")
+    p.add_argument("--grpc-use-ssl", type=_bool, default=False)
+    p.add_argument("--grpc-use-ssl-mutual", type=_bool, default=False)
+    p.add_argument("--grpc-server-cert", type=Path, default=None)
+    p.add_argument("--grpc-server-key", type=Path, default=None)
+    p.add_argument("--grpc-root-cert", type=Path, default=None)
+    p.add_argument("--http-ssl-cert", type=Path, default=None, help="serve HTTPS with this certificate (PEM)")
+    p.add_argument("--http-ssl-key", type=Path, default=None)
     p.add_argument("--http-max-input-size", type=int, default=64 << 20, help="bytes; larger HTTP bodies get 413")
     return p
 
@@ -66,6 +77,15 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         exit_timeout_secs=args.exit_timeout_secs,
         log_verbose=args.log_verbose,
         max_message_bytes=args.grpc_max_message_bytes,
+        grpc_restricted_protocols=tuple(args.grpc_restricted_protocol),
+        http_restricted_apis=tuple(args.http_restricted_api),
+        grpc_use_ssl=args.grpc_use_ssl,
+        grpc_use_ssl_mutual=args.grpc_use_ssl_mutual,
+        grpc_server_cert=args.grpc_server_cert,
+        grpc_server_key=args.grpc_server_key,
+        grpc_root_cert=args.grpc_root_cert,
+        http_ssl_cert=args.http_ssl_cert,
+        http_ssl_key=args.http_ssl_key,
         http_max_input_size=args.http_max_input_size,
     )
 

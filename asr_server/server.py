@@ -15,10 +15,10 @@ from typing import Optional
 import grpc
 from aiohttp import web
 
-from asr_server import metrics
+from asr_server import metrics, tls
 from asr_server.core import InferenceCore
 from asr_server.errors import ServerError
-from asr_server.protocol import grpc_service
+from asr_server.protocol import grpc_service, restrictions
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.repository.manager import ModelManager
 from asr_server.settings import ServerSettings, validate
@@ -40,6 +40,7 @@ class Server:
         self.http_port: Optional[int] = None
         self.metrics_port: Optional[int] = None
         self._grpc: Optional[grpc.aio.Server] = None
+        self._grpc_service: Optional[grpc_service.InferenceService] = None
         self._web_runners: list[web.AppRunner] = []
         self._poll_task: Optional[asyncio.Task] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -77,9 +78,13 @@ class Server:
                 ("grpc.max_send_message_length", s.max_message_bytes),
                 ("grpc.so_reuseport", 0),
             ]
-            self._grpc = grpc.aio.server(options=options)
-            grpc_service.add_to_server(self._grpc, self.core, self.runtime)
-            self.grpc_port = self._grpc.add_insecure_port(f"{s.grpc_address}:{s.grpc_port}")
+            restricted = restrictions.parse(s.grpc_restricted_protocols, grpc_side=True)
+            interceptors = [restrictions.RestrictedProtocolInterceptor(restricted)] if restricted else []
+            self._grpc = grpc.aio.server(options=options, interceptors=interceptors)
+            self._grpc_service = grpc_service.add_to_server(self._grpc, self.core, self.runtime)
+            address, credentials = f"{s.grpc_address}:{s.grpc_port}", tls.grpc_credentials(s)
+            self.grpc_port = (self._grpc.add_secure_port(address, credentials) if credentials
+                              else self._grpc.add_insecure_port(address))
             if self.grpc_port == 0:
                 raise RuntimeError(f"could not bind gRPC to {s.grpc_address}:{s.grpc_port}")
             await self._grpc.start()
@@ -88,7 +93,10 @@ class Server:
             from asr_server.protocol.http_app import make_app
 
             app = make_app(self.core, self.runtime, max_body_bytes=s.http_max_input_size)
-            self.http_port = await self._serve(app, s.http_address, s.http_port)
+            restricted = restrictions.parse(s.http_restricted_apis, grpc_side=False)
+            if restricted:
+                app.middlewares.append(restrictions.http_middleware(restricted))
+            self.http_port = await self._serve(app, s.http_address, s.http_port, tls.http_ssl_context(s))
             log.info("Started HTTPService at %s:%d", s.http_address, self.http_port)
         if s.allow_metrics:
             app = web.Application()
@@ -112,10 +120,10 @@ class Server:
             await self.manager.shutdown()
             raise ServerError(f"failed to load all models: {', '.join(e.name for e in failed)}")
 
-    async def _serve(self, app: web.Application, host: str, port: int) -> int:
+    async def _serve(self, app: web.Application, host: str, port: int, ssl_context=None) -> int:
         runner = web.AppRunner(app, access_log=None, lingering_time=LINGER_S)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
         await site.start()
         self._web_runners.append(runner)
         return site._server.sockets[0].getsockname()[1]  # the bound port when port is 0
@@ -137,7 +145,10 @@ class Server:
         if self._poll_task is not None:
             self._poll_task.cancel()
         if self._grpc is not None:
-            # Stops accepting at once; in-flight RPCs get the grace period, then are cancelled.
+            # Stops accepting at once; in-flight RPCs get the grace period, then are cancelled. Idle streams
+            # are ended now instead: only their requests in flight are waited for.
+            if self._grpc_service is not None:
+                self._grpc_service.close_streams()
             await self._grpc.stop(self.settings.exit_timeout_secs)
         for runner in self._web_runners:
             await runner.cleanup()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Optional
 
 MODEL_CONTROL_MODES = ("none", "explicit", "poll")
 
@@ -29,6 +30,15 @@ class ServerSettings:
     max_message_bytes: int = 1 << 30  # --grpc-max-message-bytes: larger requests get RESOURCE_EXHAUSTED
     http_max_input_size: int = 64 << 20  # --http-max-input-size: bytes; larger HTTP bodies get 413
     exit_timeout_secs: float = 30.0  # --exit-timeout-secs: drain time at shutdown
+    grpc_restricted_protocols: tuple[str, ...] = ()  # --grpc-restricted-protocol=<groups>:<key>=<value>
+    http_restricted_apis: tuple[str, ...] = ()  # --http-restricted-api=<groups>:<key>=<value>
+    grpc_use_ssl: bool = False  # --grpc-use-ssl
+    grpc_use_ssl_mutual: bool = False  # --grpc-use-ssl-mutual: clients need a certificate from --grpc-root-cert
+    grpc_server_cert: Optional[Path] = None  # --grpc-server-cert (PEM)
+    grpc_server_key: Optional[Path] = None  # --grpc-server-key (PEM)
+    grpc_root_cert: Optional[Path] = None  # --grpc-root-cert (PEM): CA that signs client certificates
+    http_ssl_cert: Optional[Path] = None  # --http-ssl-cert (PEM): serve HTTPS (not a tritonserver flag)
+    http_ssl_key: Optional[Path] = None  # --http-ssl-key (PEM)
 
 
 def validate(settings: ServerSettings) -> ServerSettings:
@@ -46,6 +56,13 @@ def validate(settings: ServerSettings) -> ServerSettings:
         raise ValueError("--repository-poll-secs must be positive")
     if settings.max_message_bytes <= 0:
         raise ValueError("--grpc-max-message-bytes must be positive")
+    from asr_server.protocol import restrictions
+    from asr_server.tls import grpc_credentials, http_ssl_context
+
+    restrictions.parse(settings.grpc_restricted_protocols, grpc_side=True)
+    restrictions.parse(settings.http_restricted_apis, grpc_side=False)
+    grpc_credentials(settings)  # unreadable or missing certificate files fail here, at start
+    http_ssl_context(settings)
     if settings.http_max_input_size <= 0:
         raise ValueError("--http-max-input-size must be positive")
     return settings

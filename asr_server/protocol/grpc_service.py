@@ -53,6 +53,15 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, core: InferenceCore, settings: RuntimeSettings) -> None:
         self.core = core
         self.settings = settings
+        self._stream_readers: set[asyncio.Task] = set()  # one per open ModelStreamInfer
+        self._closing = False
+
+    def close_streams(self) -> None:
+        """Shutdown: open streams stop reading new requests and end once their accepted ones are answered,
+        so an idle stream does not hold the server for the whole exit timeout."""
+        self._closing = True
+        for reader in list(self._stream_readers):
+            reader.cancel()
 
     # ---- health and metadata --------------------------------------------------------------------
     @unary
@@ -119,6 +128,10 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 outbox.put_nowait(None)
 
         reader = asyncio.get_running_loop().create_task(read())
+        self._stream_readers.add(reader)
+        reader.add_done_callback(self._stream_readers.discard)
+        if self._closing:
+            reader.cancel()
         try:
             while True:
                 item = await outbox.get()

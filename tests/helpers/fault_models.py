@@ -1,0 +1,62 @@
+"""Python model folders that misbehave on purpose, for the fault and shutdown tests.
+
+- `sleepy`: sleeps SECONDS (FP32 [1]) in execute, then answers it back as OUT: a slow or hanging model
+  (bounded, so a test never leaves a thread behind for long). Optional dynamic batching with a queue policy.
+- `crash_at_load`: initialize() raises.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SLEEPY_PY = """
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
+            time.sleep(float(seconds.reshape(-1)[0]))
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", seconds.astype(np.float32))]))
+        return responses
+"""
+
+CRASH_AT_LOAD_PY = """
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("crashed while loading")
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def sleepy(repo: Path, name: str = "sleepy", batching: str = "") -> Path:
+    """`batching`: a dynamic_batching { ... } body; given, the model batches (max_batch_size 4)."""
+    folder = repo / name
+    (folder / "1").mkdir(parents=True)
+    max_batch = 4 if batching else 0
+    config = (f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch}\n'
+              'input [ { name: "SECONDS", data_type: TYPE_FP32, dims: [ 1 ] } ]\n'
+              'output [ { name: "OUT", data_type: TYPE_FP32, dims: [ 1 ] } ]\n'
+              'instance_group [ { kind: KIND_CPU, count: 1 } ]\n')
+    if batching:
+        config += f"dynamic_batching {{ {batching} }}\n"
+    (folder / "config.pbtxt").write_text(config)
+    (folder / "1" / "model.py").write_text(SLEEPY_PY)
+    return folder
+
+
+def crash_at_load(repo: Path, name: str = "crash_at_load") -> Path:
+    folder = repo / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]\n'
+        'output [ { name: "Y", data_type: TYPE_FP32, dims: [ 1 ] } ]\n')
+    (folder / "1" / "model.py").write_text(CRASH_AT_LOAD_PY)
+    return folder
