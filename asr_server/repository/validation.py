@@ -16,6 +16,9 @@ from asr_server.errors import invalid_argument
 
 ENSEMBLE_PLATFORM = "ensemble"
 WILDCARD_DIM = -1
+# Our own model parameter (Triton has none): live sequences a sequence-batched model holds before it refuses
+# new ones with RESOURCE_EXHAUSTED; Triton backlogs sequences without a bound.
+MAX_SEQUENCES_PARAMETER = "max_sequences"
 _Control = mc.ModelSequenceBatching.Control
 _BOOLEAN_CONTROLS = (_Control.CONTROL_SEQUENCE_START, _Control.CONTROL_SEQUENCE_END, _Control.CONTROL_SEQUENCE_READY)
 _CORRID_TYPES = (mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING)
@@ -140,6 +143,12 @@ def _check_sequence_batching(config: mc.ModelConfig) -> None:
         return
     batcher, name = config.sequence_batching, config.name
     _check_control_inputs(batcher, name)
+    if MAX_SEQUENCES_PARAMETER in config.parameters:
+        text = config.parameters[MAX_SEQUENCES_PARAMETER].string_value
+        if not text.isdigit() or int(text) < 1:
+            raise invalid_argument(
+                f"parameter '{MAX_SEQUENCES_PARAMETER}' must be a positive integer, got '{text}' for {name}"
+            )
     if batcher.HasField("oldest"):
         for size in batcher.oldest.preferred_batch_size:
             if size <= 0:

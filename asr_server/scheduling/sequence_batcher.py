@@ -59,6 +59,8 @@ class SequenceBatcher(Scheduler):
                             else batching.direct.max_queue_delay_microseconds) / 1e6
         self.max_candidates = oldest.max_candidate_sequences if strategy == "oldest" else 0
         self.idle_s = (batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US) / 1e6
+        if "max_sequences" in config.parameters:  # the model's own cap, checked by repository validation
+            max_sequences = int(config.parameters["max_sequences"].string_value)
         self.max_sequences = max_sequences
         self.controls = ss.control_inputs(config)
         self.states = ss.state_specs(config, model_dir)
