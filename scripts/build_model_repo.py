@@ -31,6 +31,7 @@ from asr_server.asr.units import SymbolTable  # noqa: E402
 
 ONNX_TO_CONFIG = {1: "TYPE_FP32", 10: "TYPE_FP16", 6: "TYPE_INT32", 7: "TYPE_INT64", 9: "TYPE_BOOL"}
 SEQUENCE_IDLE_US = 5_000_000  # per-sequence state is freed after 5 s without a request (WeNet's value)
+MAX_AUDIO_SECONDS = 60  # longest offline utterance the feature extractor accepts (encoder memory ~ length^2)
 # No queue delay for the offline models (as WeNet's configs): an idle instance starts at once, and batches
 # form from what queues while it is busy. Waiting 2 ms at each of the four steps cost about 12 ms per
 # utterance at concurrency 1 here (p50 28 -> 16 ms) and gained no throughput at concurrency 8.
@@ -110,7 +111,8 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
 name: "feature_extractor"
 backend: "python"
 max_batch_size: {max_batch}
-{params({**fbank, "min_frames": right_context + 1, "fbank_backend": "kaldi-native-fbank"})}
+{params({**fbank, "min_frames": right_context + 1, "fbank_backend": "kaldi-native-fbank",
+         "max_audio_seconds": MAX_AUDIO_SECONDS})}
 input [ {", ".join(wav_in)} ]
 output [ {", ".join(speech_out)} ]
 {OFFLINE_BATCHING}

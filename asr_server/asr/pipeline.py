@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -136,8 +136,18 @@ class EncoderResult:
     valid: int  # real encoder frames
 
 
-# Runs windows of different sequences (at most one per sequence) in one go -> results in the same order.
-EncoderRunner = Callable[[list[EncoderJob]], list[EncoderResult]]
+# Runs windows of different sequences (at most one per sequence) in one go -> results in the same order; a
+# window that failed is an Exception in its slot (or the runner raises, failing every window of the round).
+EncoderRunner = Callable[[list[EncoderJob]], list[Union[EncoderResult, Exception]]]
+
+
+class StreamFailed(Exception):
+    """A chunk of a stream that failed, or of a stream that failed earlier: the client gets this error
+    instead of a transcript, and the stream is not silently restarted (issue 13)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,22 +171,31 @@ class StreamingScorer:
         self.feature_dim = feature_dim
         self.encoder_dim = encoder_dim
         self.streams: dict[SequenceKey, StreamState] = {}
+        # Streams that failed, until their END or a new START: (reason, monotonic seconds last seen).
+        self.failed: dict[SequenceKey, tuple[str, float]] = {}
 
     def step(self, chunks: Sequence[StreamChunk], run_encoder: EncoderRunner,
-             rescorer: Optional[Rescorer] = None) -> list[str]:
-        """Advance every sequence of the batch by its new frames -> its transcript (partial, or final on END).
+             rescorer: Optional[Rescorer] = None) -> list[Union[str, StreamFailed]]:
+        """Advance every sequence of the batch by its new frames -> its transcript (partial, or final on END),
+        or a StreamFailed for a chunk of a stream that failed (now or earlier, until END or a new START).
 
         Windows of different sequences go to the encoder together, round by round: round r holds the r-th
         new window of every sequence that has one, so each sequence's windows stay in order."""
         now = time.monotonic()
         self.drop_idle(now)
         pending: list[list[EncoderJob]] = []
-        states = []
-        for chunk in chunks:
-            if chunk.start or chunk.key not in self.streams:
+        states: list[Optional[StreamState]] = []
+        results: list[Union[str, StreamFailed, None]] = [None] * len(chunks)
+        for i, chunk in enumerate(chunks):
+            if chunk.start:
+                self.failed.pop(chunk.key, None)
                 self.streams[chunk.key] = StreamState.create(self.window, self.feature_dim,
                                                              self.settings.search_options(), now)
-            state = self.streams[chunk.key]
+            state = self.streams.get(chunk.key)
+            if state is None:
+                results[i] = self._refuse(chunk, now)
+                states.append(None)
+                continue
             state.last_seen = now
             states.append(state)
             jobs = [(w, self.window.window) for w in state.windower.push(chunk.frames)]
@@ -191,22 +210,54 @@ class StreamingScorer:
                 state.windows_sent += 1
                 if index >= len(pending):
                     pending.append([])
-                pending[index].append((state, job))
+                pending[index].append((i, state, job))
         for round_jobs in pending:
-            results = run_encoder([job for _, job in round_jobs])
-            for (state, job), result in zip(round_jobs, results):
+            live = [(i, state, job) for i, state, job in round_jobs if results[i] is None]
+            if not live:
+                continue
+            try:
+                outs = run_encoder([job for _, _, job in live])
+            except Exception as exc:  # noqa: BLE001 - fails the streams of this round, not the batch
+                outs = [exc] * len(live)
+            for (i, state, job), result in zip(live, outs):
+                if isinstance(result, Exception):
+                    results[i] = self._fail(chunks[i], f"{type(result).__name__}: {result}"
+                                            if not isinstance(result, StreamFailed) else result.message, now)
+                    continue
                 n = int(result.valid) if job.valid > 0 else 0
                 if n:
                     state.search.advance(result.topk_log_probs[:n], result.topk_ids[:n])
                     state.keep_encoder_out(result.chunk_out, n)
-        texts = [self.tokenizer.decode(state.search.best().tokens) for state in states]
-        finals = [i for i, chunk in enumerate(chunks) if chunk.end]
+        ok = [i for i in range(len(chunks)) if results[i] is None]
+        for i in ok:
+            results[i] = self.tokenizer.decode(states[i].search.best().tokens)
+        finals = [i for i in ok if chunks[i].end]
         if finals:
             for i, text in zip(finals, self._finish([states[i] for i in finals], rescorer)):
-                texts[i] = text
+                results[i] = text
             for i in finals:
                 self.streams.pop(chunks[i].key, None)
-        return texts
+        return results
+
+    def _fail(self, chunk: StreamChunk, reason: str, now: float) -> StreamFailed:
+        """The stream's state is unusable: drop it and remember why, so its later chunks fail too."""
+        self.streams.pop(chunk.key, None)
+        if not chunk.end:
+            self.failed[chunk.key] = (reason, now)
+        return StreamFailed(f"sequence {chunk.key} failed: {reason}")
+
+    def _refuse(self, chunk: StreamChunk, now: float) -> StreamFailed:
+        """A chunk without START for a stream this scorer does not hold (failed, or dropped while idle)."""
+        reason, _ = self.failed.get(chunk.key, (None, 0.0))
+        if chunk.end:
+            self.failed.pop(chunk.key, None)
+        else:
+            self.failed[chunk.key] = (reason or "no state", now)
+        if reason is not None:
+            return StreamFailed(f"sequence {chunk.key} failed on an earlier chunk ({reason}); its audio since "
+                                "then is not decoded: start a new sequence with START")
+        return StreamFailed(f"sequence {chunk.key} has no decoding state (it was idle longer than "
+                            f"{self.settings.idle_seconds:g} s, or never started): start it again with START")
 
     def _finish(self, states: list[StreamState], rescorer: Optional[Rescorer]) -> list[str]:
         nbests = [[(h.tokens, h.score) for h in s.search.nbest()] for s in states]
@@ -221,8 +272,11 @@ class StreamingScorer:
 
     def drop(self, key: SequenceKey) -> None:
         self.streams.pop(key, None)
+        self.failed.pop(key, None)
 
     def drop_idle(self, now: float) -> None:
         idle = self.settings.idle_seconds
         for key in [k for k, s in self.streams.items() if now - s.last_seen > idle]:
             del self.streams[key]
+        for key in [k for k, (_, seen) in self.failed.items() if now - seen > idle]:
+            del self.failed[key]

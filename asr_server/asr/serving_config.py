@@ -60,6 +60,28 @@ def fbank_config(params: Mapping[str, str]) -> FbankConfig:
     )
 
 
+DEFAULT_MAX_AUDIO_SECONDS = 60.0  # offline requests: encoder attention memory grows with the square of this
+
+
+def max_audio_samples(params: Mapping[str, str], config: FbankConfig) -> int:
+    """The longest offline utterance accepted, in samples (parameter ``max_audio_seconds``; 0: no limit).
+    The offline encoder attends over the whole utterance, so its memory grows with the square of the length
+    (190 s cost 2.8 GB for one request), and its positional table ends at 200 s."""
+    seconds = float(params.get("max_audio_seconds", DEFAULT_MAX_AUDIO_SECONDS))
+    if seconds < 0:
+        raise ValueError(f"max_audio_seconds must be >= 0, got {seconds:g}")
+    return int(seconds * config.sample_rate) if seconds else 0
+
+
+def too_long(length: int, max_samples: int, config: FbankConfig) -> str:
+    """Why an utterance of `length` samples is refused, or "" when it is accepted."""
+    if not max_samples or length <= max_samples:
+        return ""
+    return (f"WAV_LENS is {length} samples ({length / config.sample_rate:.1f} s), longer than the "
+            f"{max_samples / config.sample_rate:g} s this model accepts (parameter max_audio_seconds): "
+            "split the audio or stream it")
+
+
 def fbank_computer(args: Mapping[str, str], params: Mapping[str, str], config: FbankConfig):
     """The ``fbank_backend`` parameter's batch fbank function ("kaldi-native-fbank", the default, or
     "kaldifeat"), on the instance's GPU when the instance is KIND_GPU."""

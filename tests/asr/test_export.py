@@ -212,3 +212,29 @@ def test_script_and_model_repository(tmp_path):
         text_format.Parse((greedy_repo / name / "config.pbtxt").read_text(), cfg)
         chosen = settings(cfg)
         assert (chosen.search_method, chosen.rescoring) == ("greedy", False)
+
+
+def test_exported_streaming_encoder_runs_past_its_positional_table(tmp_path):
+    """The clamp of the position lives inside the graph: ORT streams 3x past a 40-row table (the bundled
+    model's 5000 rows failed with a Gather error after ~200 s) and matches torch on every chunk."""
+    import onnxruntime as ort
+
+    model = tiny_model(seed=5)
+    model.encoder.embed.pos_enc.pe = model.encoder.embed.pos_enc.pe[:40].clone()
+    path = tmp_path / "streaming_encoder.onnx"
+    assert ex.export_streaming_encoder(model, path, OPTS).ok
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    window, stride = model.encoder.decoding_window(CHUNK), CHUNK * model.encoder.subsampling_rate
+    state = {k: v.numpy() for k, v in model.init_stream_state(1, CHUNK * LEFT_CHUNKS).items()}
+    torch_state = model.init_stream_state(1, CHUNK * LEFT_CHUNKS)
+    feats = torch.randn(1, 30 * stride + window, 80, generator=torch.Generator().manual_seed(1))
+    for k in range(30):
+        xs = feats[:, k * stride:k * stride + window]
+        outs = dict(zip(ex.STREAMING_OUTPUTS, sess.run(None, {
+            "chunk_xs": xs.numpy(), "chunk_lens": np.array([window], np.int32), **state})))
+        with torch.no_grad():
+            _, out, _, *new = model.forward_chunk(xs, torch.tensor([window]), **torch_state)
+        torch_state = dict(zip(("offset", "att_cache", "cnn_cache", "cache_mask"), new))
+        np.testing.assert_allclose(outs["chunk_out"], out.numpy(), atol=1e-4)
+        state = {name: outs["r_" + name] for name in state}
+    assert int(state["offset"].reshape(-1)[0]) == 30 * CHUNK

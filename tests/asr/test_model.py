@@ -160,3 +160,30 @@ def test_score_hyps_matches_decoder_log_probs(model):
     assert float(left[0, 0]) == pytest.approx(manual, abs=1e-4)
     assert float(right[0, 0]) == pytest.approx(r_manual, abs=1e-4)
     assert float(both[0, 0]) == pytest.approx(0.7 * manual + 0.3 * r_manual, abs=1e-4)
+
+
+def _short_table(model, rows: int):
+    """The same model with only `rows` rows of positional table (as if max_len were `rows`)."""
+    import copy
+
+    short = copy.deepcopy(model)
+    pos_enc = short.encoder.embed.pos_enc
+    pos_enc.pe = pos_enc.pe[:rows].clone()
+    return short
+
+
+def test_streams_run_past_the_positional_table_and_match_before_it(model):
+    """A stream longer than max_len used to fail its Gather (issue 13: ~200 s with 5000 rows). The offset is
+    clamped instead; chunks before the clamp point are unchanged."""
+    rows = 40  # clamp point: start offset - CACHE > rows - (CACHE + CHUNK), i.e. after 10 chunks
+    torch.manual_seed(3)
+    feats = torch.randn(1, 30 * CHUNK * 4 + 7, 80)  # 30 chunks: 3x the table
+    with torch.no_grad():
+        ref_out, _, _ = stream(model, feats)
+        out, lps, state = stream(_short_table(model, rows), feats)
+    assert int(state["offset"].reshape(-1)[0]) >= 30 * CHUNK > rows  # the real offset keeps counting
+    unclamped = 10 * CHUNK
+    assert torch.allclose(out[:, :unclamped], ref_out[:, :unclamped], atol=1e-6)
+    assert out.shape == ref_out.shape and torch.isfinite(out).all() and torch.isfinite(lps).all()
+    # past the clamp point the window's geometry is that of the clamp point: close to the reference, not equal
+    assert not torch.allclose(out[:, unclamped + CHUNK:], ref_out[:, unclamped + CHUNK:], atol=1e-6)

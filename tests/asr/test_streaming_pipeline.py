@@ -116,3 +116,50 @@ def test_idle_streams_are_dropped(monkeypatch):
     scorer.streams[1].last_seen -= scorer.settings.idle_seconds + 1
     scorer.step([StreamChunk(2, np.ones((5, DIM), np.float32), True, False)], encoder)
     assert set(scorer.streams) == {2}
+
+
+class FailingEncoder(FakeEncoder):
+    """FakeEncoder whose window number `fail_at` of sequence `key` fails (as an ORT Gather error did)."""
+
+    def __init__(self, key, fail_at):
+        super().__init__()
+        self.key, self.fail_at, self.seen = key, fail_at, 0
+
+    def __call__(self, jobs):
+        results = super().__call__(jobs)
+        for index, job in enumerate(jobs):
+            if job.key == self.key:
+                if self.seen == self.fail_at:
+                    results[index] = RuntimeError("Gather: indices element out of data bounds")
+                self.seen += 1
+        return results
+
+
+def test_a_failed_chunk_fails_its_stream_until_end_and_never_restarts_it_silently():
+    from asr_server.asr.pipeline import StreamFailed
+
+    scorer, encoder = make_scorer(), FailingEncoder(key=1, fail_at=1)
+    frames = np.ones((16, DIM), np.float32)  # one window (stride 16) per chunk
+    opening = np.ones((WINDOW.window, DIM), np.float32)
+    first = scorer.step([StreamChunk(1, opening, True, False), StreamChunk(2, opening, True, False)], encoder)
+    assert all(isinstance(t, str) for t in first)
+    second = scorer.step([StreamChunk(1, frames, False, False), StreamChunk(2, frames, False, False)], encoder)
+    assert isinstance(second[0], StreamFailed) and "Gather" in second[0].message
+    assert isinstance(second[1], str)  # the other stream of the batch goes on
+    later = scorer.step([StreamChunk(1, frames, False, False)], encoder)[0]
+    assert isinstance(later, StreamFailed) and "failed on an earlier chunk" in later.message
+    end = scorer.step([StreamChunk(1, frames, False, True)], encoder)[0]
+    assert isinstance(end, StreamFailed)  # END never answers "successfully" with part of the audio
+    assert 1 not in scorer.failed and 1 not in scorer.streams  # END frees it
+    restarted = scorer.step([StreamChunk(1, frames, True, True)], encoder)[0]
+    assert isinstance(restarted, str)  # a new START begins a new stream
+    assert scorer.streams.keys() == {2}
+
+
+def test_a_chunk_without_start_for_an_unknown_stream_is_an_error():
+    from asr_server.asr.pipeline import StreamFailed
+
+    scorer, encoder = make_scorer(), FakeEncoder()
+    result = scorer.step([StreamChunk(5, np.ones((20, DIM), np.float32), False, False)], encoder)[0]
+    assert isinstance(result, StreamFailed) and "START" in result.message
+    assert encoder.jobs == [] and scorer.streams == {}

@@ -218,3 +218,96 @@ async def test_a_bad_chunk_fails_alone_and_its_stream_goes_on(client):
     assert texts == clean
     for name in ("wenet", "streaming_encoder", "streaming_feature_extractor"):
         assert client.server.manager.get(name).scheduler.sequences == {}
+
+
+async def _stream_results(client, pieces, sequence_id: int, fail_at=None) -> list:
+    """(transcript or None, error or None) per chunk of one stream."""
+
+    async def requests():
+        for i, piece in enumerate(pieces):
+            yield dict(model_name="streaming_wenet", inputs=wav_inputs(piece), sequence_id=sequence_id,
+                       sequence_start=i == 0, sequence_end=i == len(pieces) - 1, request_id=str(i))
+
+    out = []
+    async for result, error in client.stream_infer(requests()):
+        out.append((None, error) if error is not None else (result.as_numpy("TRANSCRIPTS")[0].decode(), None))
+        if len(out) == len(pieces):
+            break
+    return out
+
+
+async def test_a_stream_whose_chunk_fails_answers_errors_until_end_never_a_silent_restart(client):
+    """Issue 13: after an encoder failure the next chunk silently started a new sequence and END answered
+    "successfully" with only the audio after the failure."""
+    wenet = python_model(client.server, "wenet")
+    real = wenet.run_encoder
+    calls = {"n": 0}
+
+    def failing(jobs):
+        results = real(jobs)
+        for i, job in enumerate(jobs):
+            if job.key == 5151:
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    results[i] = RuntimeError("Gather: indices element out of data bounds")
+        return results
+
+    wenet.run_encoder = failing
+    try:
+        pieces = chunks_of(utterance(30, 3.0), [4000])
+        got, other = await asyncio.gather(_stream_results(client, pieces, 5151),
+                                          _stream_results(client, pieces, 5152))
+    finally:
+        wenet.run_encoder = real
+    errors = [i for i, (_, error) in enumerate(got) if error is not None]
+    first = errors[0]
+    assert errors == list(range(first, len(pieces)))  # every chunk from the failure on, END included
+    assert "Gather" in got[first][1].message() and "failed on an earlier chunk" in got[-1][1].message()
+    assert all(error is None for _, error in other)  # the other stream of the same batches is untouched
+    assert wenet.scorer.failed == {} and wenet.scorer.streams == {}
+    again = await stream(client, utterance(30, 3.0), [4000], sequence_id=5151)  # a new START works
+    assert again[-1] == other[-1][0]
+
+
+async def test_a_stream_longer_than_the_positional_table_decodes_through_the_server(client, asr_repo, running,
+                                                                                    tmp_path):
+    """The served streaming encoder with a 40-row table (as if 5000 rows were 1.6 s): a 6 s stream runs to
+    END without errors, and its partials before the clamp point equal those of the full-table encoder."""
+    import shutil
+
+    from asr_server.asr import export as ex
+    from tests.asr.conftest import tiny_model
+    from tests.e2e.conftest import CHUNK, LEFT_CHUNKS
+
+    repo = tmp_path / "repo"
+    shutil.copytree(asr_repo, repo)
+    (tmp_path / "model").symlink_to(asr_repo.parent / "model")  # the configs point at ../../model
+    model = tiny_model(seed=3)  # the weights asr_repo was exported from
+    model.encoder.embed.pos_enc.pe = model.encoder.embed.pos_enc.pe[:40].clone()
+    graph = repo / "streaming_encoder" / "1" / "streaming_encoder.onnx"
+    assert ex.export_streaming_encoder(model, graph, ex.ExportOptions(CHUNK, LEFT_CHUNKS, beam=4)).ok
+    pieces = chunks_of(utterance(31, 6.0), [2560])  # 160 ms: one encoder chunk each
+    async with running(repo, allow_http=False) as server:
+        c = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        short = await _stream_results(c, pieces, 77)
+        await c.close()
+    assert all(error is None for _, error in short), [e for _, e in short if e][:1]
+    full = await _stream_results(client, pieces, 77)
+    # chunk k's window ends at encoder frame 4(k+1)+1; rows stay inside 40 while its start (offset - 8) <= 28
+    unclamped = 8
+    assert [t for t, _ in short[:unclamped]] == [t for t, _ in full[:unclamped]]
+
+
+async def test_offline_audio_longer_than_the_configured_maximum_is_refused_alone(client):
+    """Issue 13: 200 s of offline audio failed with INTERNAL inside the encoder after costing GBs of RSS."""
+    from tritonclient.utils import InferenceServerException
+
+    assert python_model(client.server, "feature_extractor").max_samples == 60 * SAMPLE_RATE  # built repo: 60 s
+    too_long = np.zeros(61 * SAMPLE_RATE, np.float32)
+    good = utterance(32, 1.0)
+    results = await asyncio.gather(client.infer("attention_rescoring", wav_inputs(too_long)),
+                                   client.infer("attention_rescoring", wav_inputs(good)), return_exceptions=True)
+    assert isinstance(results[0], InferenceServerException), results[0]
+    assert results[0].status() == "StatusCode.INVALID_ARGUMENT"
+    assert "WAV_LENS is 976000 samples (61.0 s), longer than the 60 s this model accepts" in results[0].message()
+    assert results[1].as_numpy("TRANSCRIPTS").shape == (1, 1)

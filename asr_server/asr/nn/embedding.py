@@ -30,12 +30,20 @@ class PositionalEncoding(nn.Module):
         """PE rows offset .. offset+size-1.
 
         offset: int, or (B,) int64 tensor (one start per sequence; negative starts clamp to row 0, those
-        positions belong to masked cache frames).
+        positions belong to masked cache frames; starts past the table clamp to its last ``size`` rows).
         returns: (1, size, d) for an int offset, (B, size, d) for a tensor.
         """
         if isinstance(offset, int):
             return self.pe[offset:offset + size].unsqueeze(0)
-        index = offset.reshape(-1, 1) + torch.arange(size, device=offset.device, dtype=offset.dtype)
+        # Streams of any length: a start past the table (5000 rows = 200 s of 40 ms frames) is clamped so the
+        # window takes the table's last `size` rows instead of failing the Gather. Safe because streaming
+        # attends over a bounded cache: past the clamp point every chunk's window [C cached; T' new frames]
+        # keeps consecutive key positions ending at the same row, so each chunk is scored as if it sat at
+        # ~200 s, a position no less valid than 300 s for a model trained on utterances far shorter than
+        # either (keys carry no position of their own; the position term is recomputed from these rows each
+        # chunk). WeNet asserts here instead and resets streams at endpoints (wenet-e2e/wenet#389, #1518).
+        start = torch.clamp(offset.reshape(-1, 1), max=self.pe.size(0) - size)
+        index = start + torch.arange(size, device=offset.device, dtype=offset.dtype)
         index = torch.clamp(index, min=0)
         return nn.functional.embedding(index, self.pe)
 

@@ -28,6 +28,7 @@ class TritonPythonModel:
         # The encoder's subsampling needs this many frames; shorter audio is padded (its speech_lengths stay
         # true, so it decodes to an empty transcript instead of failing in the encoder).
         self.min_frames = int(params.get("min_frames", 7))
+        self.max_samples = serving_config.max_audio_samples(params, self.config)
 
     def execute(self, requests):
         waves, errors = [], {}
@@ -35,6 +36,10 @@ class TritonPythonModel:
             wav = pb_utils.get_input_tensor_by_name(request, "wav").as_numpy()  # (B, N) float in [-1, 1]
             lens = pb_utils.get_input_tensor_by_name(request, "wav_lens").as_numpy().reshape(-1)
             try:
+                for b in range(wav.shape[0]):  # refused before any fbank: memory stays bounded per request
+                    reason = serving_config.too_long(int(lens[b]), self.max_samples, self.config)
+                    if reason:
+                        raise ValueError(reason)
                 waves.append([checked_waveform(wav[b], int(lens[b])) for b in range(wav.shape[0])])
             except ValueError as exc:  # this request fails alone
                 errors[i] = pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)

@@ -19,7 +19,7 @@ except ImportError:  # real Triton's python stub: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from asr_server.asr import serving_config
-from asr_server.asr.pipeline import EncoderResult, StreamChunk, StreamingScorer
+from asr_server.asr.pipeline import EncoderResult, StreamChunk, StreamFailed, StreamingScorer
 from asr_server.triton_helpers import control, run_decoder
 
 ENCODER = "streaming_encoder"
@@ -56,7 +56,10 @@ class TritonPythonModel:
         self.pool = concurrent.futures.ThreadPoolExecutor(MAX_PARALLEL_BLS, thread_name_prefix="wenet-bls")
 
     def run_encoder(self, jobs):
-        return list(self.pool.map(encode_one, jobs))
+        """One result per job; a job whose encoder request failed holds its exception, so only its own
+        stream fails."""
+        futures = [self.pool.submit(encode_one, job) for job in jobs]
+        return [f.exception() or f.result() for f in futures]
 
     def execute(self, requests):
         chunks, slots, responses = [], [], [None] * len(requests)
@@ -75,14 +78,14 @@ class TritonPythonModel:
         if chunks:
             try:
                 texts = self.scorer.step(chunks, self.run_encoder, run_decoder)
-            except pb_utils.TritonModelException as exc:
+            except pb_utils.TritonModelException as exc:  # rescoring failed: these streams cannot finish
                 for chunk in chunks:
                     self.scorer.drop(chunk.key)
-                error = pb_utils.TritonError(exc.message())
-                for i in slots:
-                    responses[i] = pb_utils.InferenceResponse(error=error)
-                return responses
+                texts = [StreamFailed(exc.message())] * len(chunks)
             for i, text in zip(slots, texts):
+                if isinstance(text, StreamFailed):
+                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(text.message))
+                    continue
                 # A scalar, as WeNet's model returns it: with the config's `reshape { shape: [ ] }` clients see
                 # TRANSCRIPTS as [1], which WeNet's streaming client reads with `as_numpy(...)[0].decode()`.
                 out = np.array(text.encode("utf-8"), dtype=np.object_)
