@@ -183,7 +183,12 @@ class InferenceCore:
         return responses
 
     def _submit(self, loaded: LoadedVersion, request: InferRequest) -> ResponseChannel:
-        validate_request(loaded.config, request)
+        try:
+            validate_request(loaded.config, request)
+        except ServerError:
+            # Refused before any scheduler: counted as Triton's nv_inference_request_failure{reason="OTHER"}.
+            loaded.stats.record_request(False, total_ns=0, reason="OTHER")
+            raise
         channel = ResponseChannel(asyncio.get_running_loop())
         batch_size = request.batch_size if loaded.config.max_batch_size > 0 else 1
         loaded.scheduler.submit(Pending(request, channel, batch_size))

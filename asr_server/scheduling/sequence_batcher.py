@@ -84,16 +84,16 @@ class SequenceBatcher(Scheduler):
         loop = asyncio.get_running_loop()
         control = pending.request.sequence
         if self.failure is not None:
-            pending.fail(unavailable(f"model '{self.model_name}' is not ready: {self.failure}"))
+            self._refuse(pending, unavailable(f"model '{self.model_name}' is not ready: {self.failure}"))
             return
         if pending.batch_size != 1:
             # Each row would be its own sequence step; Triton refuses rather than run only the first.
-            pending.fail(invalid_argument(
+            self._refuse(pending, invalid_argument(
                 f"inference request to model '{self.model_name}' must specify batch-size 1 due to requirements "
                 "of sequence batcher"))
             return
         if not control.active:
-            pending.fail(invalid_argument(
+            self._refuse(pending, invalid_argument(
                 f"inference request to model '{self.model_name}' must specify a non-zero or non-empty correlation ID"))
             return
         sequence = self.sequences.get(control.id)
@@ -103,14 +103,14 @@ class SequenceBatcher(Scheduler):
                 sequence = None
             if sequence is None:
                 if len(self.sequences) >= self.max_sequences:
-                    pending.fail(ServerError(
+                    self._refuse(pending, ServerError(
                         f"model '{self.model_name}' has reached its limit of {self.max_sequences} live sequences",
                         ErrorCode.RESOURCE_EXHAUSTED))
                     return
                 sequence = Sequence(control.id, loop.time())
                 self.sequences[control.id] = sequence
         elif sequence is None or sequence.ended:
-            pending.fail(invalid_argument(
+            self._refuse(pending, invalid_argument(
                 f"inference request for sequence {control.id} to model '{self.model_name}' must specify the "
                 "START flag on the first request of the sequence"))
             return
@@ -123,6 +123,11 @@ class SequenceBatcher(Scheduler):
         if self._loop_task is None:
             self._loop_task = loop.create_task(self._batch_loop())
             self._loop_task.add_done_callback(self._loop_ended)
+
+    def _refuse(self, pending: Pending, error: ServerError) -> None:
+        """Fail a request the batcher will not run (nv_inference_request_failure{reason="OTHER"})."""
+        self.pool.stats.record_request(False, total_ns=0, reason="OTHER")
+        pending.fail(error)
 
     # ---- batching ------------------------------------------------------------------------------
     def _heads(self) -> list[Sequence]:
@@ -223,6 +228,7 @@ class SequenceBatcher(Scheduler):
         for sequence in heads:
             pending = sequence.queue.popleft()
             if pending.request.cancelled():
+                self.pool.stats.record_request(False, total_ns=0, reason="CANCELED")
                 pending.fail(ServerError("request cancelled", ErrorCode.CANCELLED))
                 continue
             try:
@@ -230,7 +236,7 @@ class SequenceBatcher(Scheduler):
             except Exception as exc:  # noqa: BLE001 - this request fails alone, the batch goes on
                 log.warning("model '%s': request for sequence %r failed before execution: %s: %s",
                             self.model_name, sequence.id, type(exc).__name__, exc)
-                pending.fail(invalid_argument(
+                self._refuse(pending, invalid_argument(
                     f"inference request for sequence {sequence.id!r} to model '{self.model_name}' cannot be "
                     f"prepared: {type(exc).__name__}: {exc}") if isinstance(exc, (OverflowError, ValueError,
                                                                                    TypeError))
