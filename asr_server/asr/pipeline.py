@@ -34,6 +34,7 @@ class DecodingSettings:
     search_method: str = "prefix_beam"  # or "greedy"
     cutoff_prob: float = 1.0  # top-k probability mass a frame may extend with
     idle_seconds: float = 5.0  # per-sequence state is dropped after this long without a request
+    max_rescoring_frames: int = 1500  # encoder frames (60 s of 40 ms) a stream keeps for rescoring; 0: all
 
     def search_options(self) -> SearchOptions:
         return SearchOptions(method=self.search_method, beam_size=self.beam_size, top_k=self.beam_size,
@@ -227,7 +228,7 @@ class StreamingScorer:
                 n = int(result.valid) if job.valid > 0 else 0
                 if n:
                     state.search.advance(result.topk_log_probs[:n], result.topk_ids[:n])
-                    state.keep_encoder_out(result.chunk_out, n)
+                    state.keep_encoder_out(result.chunk_out, n, self.settings.max_rescoring_frames)
         ok = [i for i in range(len(chunks)) if results[i] is None]
         for i in ok:
             results[i] = self.tokenizer.decode(states[i].search.best().tokens)
@@ -260,14 +261,19 @@ class StreamingScorer:
                             f"{self.settings.idle_seconds:g} s, or never started): start it again with START")
 
     def _finish(self, states: list[StreamState], rescorer: Optional[Rescorer]) -> list[str]:
-        nbests = [[(h.tokens, h.score) for h in s.search.nbest()] for s in states]
-        outs = [s.encoder_output(self.encoder_dim) for s in states]
-        lengths = np.array([o.shape[0] for o in outs], dtype=np.int32)
-        longest = max(1, int(lengths.max()) if len(lengths) else 1)
-        padded = np.zeros((len(outs), longest, self.encoder_dim), dtype=np.float32)
-        for b, out in enumerate(outs):
-            padded[b, :out.shape[0]] = out
-        hyps = _rescore(nbests, padded, lengths, self.settings, rescorer)
+        """Final transcripts: rescored, except for streams too long to keep their encoder output."""
+        hyps = [s.search.best().tokens for s in states]
+        kept = [i for i, s in enumerate(states) if s.rescorable]
+        if kept:
+            nbests = [[(h.tokens, h.score) for h in states[i].search.nbest()] for i in kept]
+            outs = [states[i].encoder_output(self.encoder_dim) for i in kept]
+            lengths = np.array([o.shape[0] for o in outs], dtype=np.int32)
+            longest = max(1, int(lengths.max()))
+            padded = np.zeros((len(outs), longest, self.encoder_dim), dtype=np.float32)
+            for b, out in enumerate(outs):
+                padded[b, :out.shape[0]] = out
+            for i, hyp in zip(kept, _rescore(nbests, padded, lengths, self.settings, rescorer)):
+                hyps[i] = hyp
         return [self.tokenizer.decode(h) for h in hyps]
 
     def drop(self, key: SequenceKey) -> None:

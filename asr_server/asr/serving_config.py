@@ -48,6 +48,9 @@ def decoding_settings(params: Mapping[str, str], symbols: SymbolTable) -> Decodi
         search_method=params.get("search", "prefix_beam"),
         cutoff_prob=float(params.get("cutoff_prob", 1.0)),
         idle_seconds=float(params.get("idle_seconds", 5.0)),
+        # 40 ms encoder frames (10 ms fbank shift x4 subsampling)
+        max_rescoring_frames=int(float(params.get("max_rescoring_seconds", 60)) * 1000
+                                 / (float(params.get("frame_shift_ms", 10)) * int(params.get("subsampling_rate", 4)))),
     )
 
 

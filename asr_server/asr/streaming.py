@@ -84,15 +84,24 @@ class StreamState:
     encoder_out: list = dataclasses.field(default_factory=list)  # (T_i, d) chunks, kept for rescoring
     windows_sent: int = 0  # windows given to the encoder so far (the first one carries START)
     last_seen: float = 0.0  # monotonic seconds of the last request (idle eviction)
+    kept_frames: int = 0  # encoder frames in encoder_out
+    rescorable: bool = True  # False once the stream outgrew the rescoring bound (encoder_out then freed)
 
     @classmethod
     def create(cls, window: WindowConfig, feature_dim: int, search: SearchOptions, now: float) -> "StreamState":
         return cls(FrameWindower(window, feature_dim), make_search(search), last_seen=now)
 
-    def keep_encoder_out(self, chunk_out: np.ndarray, valid: int) -> None:
-        """chunk_out: (T', d) of one window, of which the first `valid` frames are real."""
-        if valid > 0:
-            self.encoder_out.append(np.array(chunk_out[:valid], dtype=np.float32))
+    def keep_encoder_out(self, chunk_out: np.ndarray, valid: int, max_frames: int = 0) -> None:
+        """chunk_out: (T', d) of one window, of which the first `valid` frames are real. Past `max_frames`
+        (0: no bound) the stream stops keeping them: a stream of any length keeps bounded memory, and its
+        CTC result is final (rescoring over hours of frames would cost more than the whole stream)."""
+        if valid <= 0 or not self.rescorable:
+            return
+        if max_frames and self.kept_frames + valid > max_frames:
+            self.rescorable, self.encoder_out, self.kept_frames = False, [], 0
+            return
+        self.encoder_out.append(np.array(chunk_out[:valid], dtype=np.float32))
+        self.kept_frames += valid
 
     def encoder_output(self, dim: int) -> np.ndarray:
         """(T, d) every encoder frame of the utterance so far."""

@@ -163,3 +163,26 @@ def test_a_chunk_without_start_for_an_unknown_stream_is_an_error():
     result = scorer.step([StreamChunk(5, np.ones((20, DIM), np.float32), False, False)], encoder)[0]
     assert isinstance(result, StreamFailed) and "START" in result.message
     assert encoder.jobs == [] and scorer.streams == {}
+
+
+def test_a_stream_past_the_rescoring_bound_keeps_bounded_memory_and_ends_on_its_ctc_result():
+    tokenizer = Tokenizer(SymbolTable(VOCAB))
+    settings = DecodingSettings(beam_size=2, sos=6, eos=6, rescoring=True, max_rescoring_frames=8)
+    scorer = StreamingScorer(tokenizer, settings, WINDOW, DIM, encoder_dim=8)
+    rescored = []
+
+    def rescorer(inputs, encoder_out, lengths):
+        rescored.append(lengths.tolist())
+        return np.zeros(len(lengths), np.int64)
+
+    encoder = FakeEncoder()
+    rng = np.random.default_rng(4)
+    long, short = rng.normal(size=(200, DIM)).astype(np.float32), rng.normal(size=(30, DIM)).astype(np.float32)
+    scorer.step([StreamChunk(1, long[:100], True, False), StreamChunk(2, short, True, False)], encoder)
+    assert not scorer.streams[1].rescorable and scorer.streams[1].encoder_out == []  # freed, not growing
+    assert scorer.streams[2].rescorable
+    best = tokenizer.decode(scorer.streams[1].search.best().tokens)
+    finals = scorer.step([StreamChunk(1, long[100:], False, True), StreamChunk(2, short[:0], False, True)],
+                         encoder, rescorer)
+    assert len(rescored) == 1 and len(rescored[0]) == 1  # one rescoring call, for stream 2 only
+    assert isinstance(finals[0], str) and finals[0].startswith(best)
