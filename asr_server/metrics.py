@@ -54,6 +54,7 @@ def _cpu_utilization() -> float:
 def render(manager: ModelManager) -> str:
     rows: dict[str, list[str]] = {name: [] for name, _ in _COUNTERS}
     pending: list[str] = []
+    live: list[str] = []
     for entry in manager.models.values():
         for version in entry.versions.values():
             s = version.stats.snapshot()
@@ -76,11 +77,17 @@ def render(manager: ModelManager) -> str:
                 rows[metric].append(f"{metric}{label} {duration // 1000}")
             queued = getattr(version.scheduler, "queued", 0)
             pending.append(f"nv_inference_pending_request_count{label} {queued}")
+            sequences = getattr(version.scheduler, "sequences", None)
+            if sequences is not None:
+                live.append(f"asr_server_live_sequences{label} {len(sequences)}")
     lines: list[str] = []
     for name, help_text in _COUNTERS:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", *rows[name]]
     lines += ["# HELP nv_inference_pending_request_count Instantaneous number of pending requests awaiting "
               "execution per-model.", "# TYPE nv_inference_pending_request_count gauge", *pending]
+    # Not a Triton metric (hence no nv_ prefix): sequences holding state, to see abandoned ones freed.
+    lines += ["# HELP asr_server_live_sequences Sequences started and not yet ended or evicted as idle, "
+              "per sequence-batched model.", "# TYPE asr_server_live_sequences gauge", *live]
     total, used = _memory()
     lines += _gauge("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", [_cpu_utilization()])
     lines += _gauge("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", [total])

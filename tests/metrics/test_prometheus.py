@@ -74,4 +74,7 @@ async def test_counters_move_on_success_and_failure_and_pending_returns_to_zero(
         assert value(after, "nv_inference_count", "accumulator") == 1
         for model in ("raising", "accumulator"):
             assert value(after, "nv_inference_pending_request_count", model) == 0
+        assert value(after, "asr_server_live_sequences", "accumulator") == 0  # sequence 6 ended
+        await client.infer("accumulator", [acc], sequence_id=7, sequence_start=True)
+        assert value(await asyncio.to_thread(scrape, server), "asr_server_live_sequences", "accumulator") == 1
         await client.close()
