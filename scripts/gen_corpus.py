@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Generate the data-v2 corpus (issue 15): open English text, many synthesisers, resumable.
+
+    bash scripts/get_tts_voices.sh && bash scripts/get_real_speech.sh      # once per machine
+    nice -n 19 /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py run >> /work/asr_data/gen.log 2>&1 &
+    /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py status
+
+Writes under ROOT (default /work/asr_data, outside the checkout):
+    ROOT/manifest.jsonl                 one line per finished utterance (append-only; the truth)
+    ROOT/wavs/<split>/<nnn>/<utt>.flac  16 kHz mono 16-bit
+    ROOT/<split>/{wav.scp,text,utt2spk,utt2dur}   Kaldi-style, exported from the manifest
+    ROOT/text/                           text pools, built once and then frozen
+    ROOT/plan.json                       seed and split sizes of this corpus
+
+Every utterance's text, voice, prosody and channel come from a seed fixed by (seed, split, index), so a run
+stopped anywhere and started again makes exactly the corpus an uninterrupted run would; finished utterances
+are skipped. Raising a split's size later (--train 60000) appends new indices and keeps the old ones.
+
+Splits: test_template (old templates, like test_a), test_digits (digit strings), test_open (held-out text
+sources, training voices), test_heldout_voice (held-out synthesiser: SVOX Pico), train (the rest).
+The real-speech split (ROOT/real) is written by scripts/get_real_speech.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import random
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from asr_data import augment, text_sources, textgen, voices  # noqa: E402
+from asr_data.manifest import Manifest, export_kaldi, read_rows, summary  # noqa: E402
+from asr_data.text_sources import Line  # noqa: E402
+
+ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
+SPLIT_ORDER = ("test_template", "test_digits", "test_open", "test_heldout_voice", "train")
+SPLIT_IDS = {s: i for i, s in enumerate(SPLIT_ORDER)}
+DEFAULT_SIZES = {"test_template": 300, "test_digits": 300, "test_open": 400, "test_heldout_voice": 400,
+                 "train": 40000}
+MIN_S, MAX_S = 0.3, 25.0  # a synthesis outside this is a failure, not an utterance
+EXPORT_EVERY = 500
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the command-line synthesisers)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def utt_seed(seed: int, split: str, index: int) -> int:
+    return int(np.random.SeedSequence([seed, SPLIT_IDS[split], index]).generate_state(1)[0])
+
+
+def build_text(root: Path) -> None:
+    """Text pools under ROOT/text, once: later runs read the frozen files, so resumed draws are identical."""
+    d = root / "text"
+    if (d / "done").exists():
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    train, held = text_sources.collect()
+    (d / "train.tsv").write_text("".join(ln.tsv() for ln in train), encoding="utf-8")
+    (d / "heldout.tsv").write_text("".join(ln.tsv() for ln in held), encoding="utf-8")
+    (d / "vocab.txt").write_text("\n".join(text_sources.vocabulary()) + "\n", encoding="utf-8")
+    (d / "names.txt").write_text("\n".join(text_sources.first_names()) + "\n", encoding="utf-8")
+    (d / "done").write_text("")
+
+
+def load_pools(root: Path, seed: int, n_template_test: int) -> tuple[textgen.Pools, textgen.Pools, list[str]]:
+    """(training pools, held-out pools, the test_template sentences that training must not use)."""
+    from make_corpus import sentence as template
+
+    d = root / "text"
+    lines = lambda name: [Line.from_tsv(r) for r in (d / name).read_text(encoding="utf-8").splitlines()]  # noqa: E731
+    words = lambda name: (d / name).read_text(encoding="utf-8").split()  # noqa: E731
+    rng = random.Random(seed)
+    tests: list[str] = []
+    while len(tests) < n_template_test:
+        s = template(rng)
+        if s not in tests:
+            tests.append(s)
+    train = textgen.Pools.from_lines(lines("train.tsv"), words("vocab.txt"), words("names.txt"),
+                                     template=template, banned_templates=frozenset(tests))
+    held = textgen.Pools.from_lines(lines("heldout.tsv"), train.vocab, train.names, template=template)
+    return train, held, tests
+
+
+class Generator:
+    def __init__(self, root: Path, plan: dict):
+        self.root, self.plan, self.seed = root, plan, plan["seed"]
+        self.train_pools, self.held_pools, self.template_tests = load_pools(root, self.seed,
+                                                                            plan["sizes"]["test_template"])
+        self.kokoro = voices._kokoro_names()
+        self.espeak = voices.espeak_voices()
+
+    def job(self, split: str, i: int) -> tuple[textgen.Text, voices.Voice, int]:
+        seed = utt_seed(self.seed, split, i)
+        rng = random.Random(seed)
+        if split == "test_template":
+            t = self.template_tests[i]
+            text = textgen.Text("template", "templates", t, t)
+        elif split == "test_digits":
+            text = textgen.draw(rng, {"digits": 1.0}, self.train_pools, training=False)
+        elif split == "test_open":
+            text = textgen.draw(rng, {"sentence": 1.0}, self.held_pools, training=False)
+        elif split == "test_heldout_voice":
+            text = textgen.draw(rng, {"sentence": 0.7, "words": 0.15, "digits": 0.15}, self.held_pools,
+                                training=False)
+        else:
+            text = textgen.draw(rng, textgen.TRAIN_KINDS, self.train_pools, training=True)
+        families = voices.HELDOUT_FAMILIES if split == "test_heldout_voice" else voices.TRAIN_FAMILIES
+        voice = voices.draw_voice(rng, families, self.kokoro, self.espeak)
+        return text, voice, seed
+
+    def make(self, split: str, i: int) -> dict:
+        text, voice, seed = self.job(split, i)
+        t0 = _cpu_s()
+        raw, sr = voices.synthesise(text.speak, voice, seed)
+        synth_cpu = _cpu_s() - t0
+        speech = augment.to_16k(raw, sr)
+        if not MIN_S <= speech.size / augment.SAMPLE_RATE <= MAX_S or not np.any(speech):
+            raise ValueError(f"synthesis gave {speech.size / augment.SAMPLE_RATE:.2f} s")
+        np_rng = np.random.default_rng(seed)
+        channel = augment.Channel.draw(np_rng)
+        audio = augment.apply(speech, channel, np_rng)
+        rel = Path("wavs") / split / f"{i // 1000:03d}" / f"{split}_{i:06d}.flac"
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.stem + ".tmp.flac")
+        sf.write(tmp, audio, augment.SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+        os.replace(tmp, path)
+        return {"utt": f"{split}_{i:06d}", "split": split, "index": i, "path": str(rel),
+                "dur": round(audio.size / augment.SAMPLE_RATE, 3), "label": text.label, "speak": text.speak,
+                "kind": text.kind, "source": text.source, "family": voice.family, "voice": voice.name,
+                "speaker": voice.speaker, "tempo": voice.tempo, "pitch": voice.pitch, "seed": seed,
+                "channel": channel.__dict__ | {"pad_s": list(channel.pad_s)},
+                "synth_cpu_s": round(synth_cpu, 3)}
+
+
+def load_plan(root: Path, args) -> dict:
+    path = root / "plan.json"
+    plan = json.loads(path.read_text()) if path.exists() else {"seed": args.seed, "sizes": dict(DEFAULT_SIZES)}
+    if args.seed is not None and args.seed != plan["seed"]:
+        sys.exit(f"{path} was made with seed {plan['seed']}; a different seed would be another corpus")
+    for split in SPLIT_ORDER:
+        size = getattr(args, split, None)
+        if size is not None:
+            if split != "train" and path.exists() and size != plan["sizes"][split]:
+                sys.exit(f"test split sizes are fixed once made ({split}: {plan['sizes'][split]})")
+            plan["sizes"][split] = size
+    path.write_text(json.dumps(plan, indent=1) + "\n")
+    return plan
+
+
+def run(args) -> int:
+    """One generator per root at a time: two writers would interleave the manifest."""
+    args.root.mkdir(parents=True, exist_ok=True)
+    with open(args.root / "gen.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            sys.exit(f"another generator holds {args.root / 'gen.lock'}")
+        return _run_locked(args)
+
+
+def _run_locked(args) -> int:
+    root = args.root
+    (root / "gen.pid").write_text(f"{os.getpid()}\n")
+    if args.seed is None and not (root / "plan.json").exists():
+        args.seed = 2026
+    plan = load_plan(root, args)
+    build_text(root)
+    gen = Generator(root, plan)
+    manifest = Manifest(root / "manifest.jsonl")
+    failed_path = root / "failures.jsonl"
+    failed = {r["utt"] for r in read_rows(failed_path)}
+    stop = {"now": False}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.update(now=True))
+    made, start = 0, time.time()
+    print(f"[{time.strftime('%F %T')}] start: {len(manifest.rows)} done, plan {plan['sizes']}", flush=True)
+    for split in SPLIT_ORDER:
+        for i in range(plan["sizes"][split]):
+            utt = f"{split}_{i:06d}"
+            if stop["now"] or (args.limit and made >= args.limit):
+                break
+            if utt in manifest or utt in failed:
+                continue
+            try:
+                manifest.append(gen.make(split, i))
+            except Exception as exc:  # one bad synthesis must not stop a day-long run; it is recorded
+                with open(failed_path, "a") as fh:
+                    fh.write(json.dumps({"utt": utt, "error": repr(exc)[:300]}) + "\n")
+                failed.add(utt)
+                continue
+            made += 1
+            if made % 100 == 0:
+                hours = sum(r["dur"] for r in manifest.rows.values()) / 3600
+                print(f"[{time.strftime('%F %T')}] +{made} ({made / (time.time() - start):.2f} utt/s), "
+                      f"total {len(manifest.rows)} utts {hours:.2f} h, at {utt}", flush=True)
+            if made % EXPORT_EVERY == 0:
+                export_kaldi(manifest.rows.values(), root)
+    export_kaldi(manifest.rows.values(), root)
+    manifest.close()
+    print(f"[{time.strftime('%F %T')}] stop: made {made}, total {len(manifest.rows)}, "
+          f"failures {len(failed)}", flush=True)
+    return 0
+
+
+def status(args) -> int:
+    root = args.root
+    rows = list(read_rows(root / "manifest.jsonl"))
+    plan = json.loads((root / "plan.json").read_text()) if (root / "plan.json").exists() else {"sizes": {}}
+    pid = (root / "gen.pid").read_text().strip() if (root / "gen.pid").exists() else None
+    alive = bool(pid) and Path(f"/proc/{pid}").exists()
+    print(f"generator: {'running, pid ' + pid if alive else 'not running'}; resume: "
+          f"nice -n 19 {sys.executable} {Path(__file__).resolve()} run >> {root}/gen.log 2>&1 &")
+    failures = sum(1 for _ in read_rows(root / "failures.jsonl"))
+    table = summary(rows)
+    for split in SPLIT_ORDER:
+        cells = table.get(split, {})
+        n, h = cells.get("all", [0, 0.0])
+        print(f"{split:20s} {n:6d} / {plan['sizes'].get(split, 0):6d} utts  {h:7.2f} h")
+        for fam in sorted(f for f in cells if f != "all"):
+            print(f"    {fam:16s} {cells[fam][0]:6d} utts  {cells[fam][1]:7.2f} h")
+    if args.voices:
+        per_voice: dict[tuple[str, str], list[float]] = {}
+        for r in rows:
+            cell = per_voice.setdefault((r["split"], r["speaker"] if "*" not in r["voice"] else "kokoro-blend"),
+                                        [0, 0.0])
+            cell[0] += 1
+            cell[1] += r["dur"] / 3600
+        for (split, spk), (n, h) in sorted(per_voice.items()):
+            print(f"  {split:20s} {spk:28s} {n:6d} utts {h:6.2f} h")
+    print(f"failures: {failures}")
+    return 0
+
+
+BENCH_TEXT = ("The old man walked slowly to the station, carrying two heavy bags.",
+              "Please call me back at four five six, seven eight nine zero.",
+              "In nineteen eighty four she moved to a small town near the coast.")
+
+
+def bench(args) -> int:
+    """Synthesis speed of every voice: audio seconds per CPU second (one process, one thread)."""
+    names = {**voices.TRAIN_VOICES, **voices.HELDOUT_VOICES, "espeak": ("en-us", "en-gb+m3"),
+             "kokoro": ("af_heart", "bm_george")}
+    print(f"{'family':9s} {'voice':12s} {'x real time':>11s}  audio_s  cpu_s")
+    for family in sorted(names):
+        for name in names[family]:
+            voice = voices.Voice(family, name, 1.0, 1.0)
+            try:
+                voices.synthesise("Warm up.", voice, 0)  # model loading is not synthesis
+                t0, audio_s = _cpu_s(), 0.0
+                for text in BENCH_TEXT:
+                    raw, sr = voices.synthesise(text, voice, 0)
+                    audio_s += raw.size / sr
+                cpu = _cpu_s() - t0
+                print(f"{family:9s} {name:12s} {audio_s / cpu:11.1f}  {audio_s:7.1f}  {cpu:5.2f}", flush=True)
+            except Exception as exc:  # report and go on: one missing voice should not hide the others
+                print(f"{family:9s} {name:12s} FAILED {exc!r:.120}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=("run", "status", "export", "bench"))
+    ap.add_argument("--root", type=Path, default=ROOT)
+    ap.add_argument("--seed", type=int, default=None, help="first run only (default 2026); fixed after")
+    for split in SPLIT_ORDER:
+        ap.add_argument(f"--{split.replace('_', '-')}", dest=split, type=int, default=None,
+                        help=f"utterances (default {DEFAULT_SIZES[split]})")
+    ap.add_argument("--limit", type=int, default=0, help="stop after making this many (0: all)")
+    ap.add_argument("--voices", action="store_true", help="status: per-voice table")
+    args = ap.parse_args(argv)
+    if args.command == "run":
+        return run(args)
+    if args.command == "bench":
+        return bench(args)
+    if args.command == "export":
+        counts = export_kaldi(read_rows(args.root / "manifest.jsonl"), args.root)
+        print(counts)
+        return 0
+    return status(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""scripts/gen_corpus.py and asr_data.manifest: the append-only manifest survives a torn last line, exports
+Kaldi-style splits, and a generation run stopped part-way and resumed makes exactly the corpus of an
+uninterrupted run (espeak-ng voices only, skipped where espeak-ng is not installed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from asr_data import augment
+from asr_data.manifest import Manifest, export_kaldi, read_rows, summary
+from tests.conftest import ROOT
+
+
+def row(utt: str, split: str = "train", dur: float = 1.5, family: str = "flite") -> dict:
+    return {"utt": utt, "split": split, "path": f"wavs/{split}/{utt}.flac", "dur": dur, "label": f"words of {utt}",
+            "speaker": f"{family}-slt", "family": family}
+
+
+def test_manifest_drops_a_torn_last_line_and_keeps_appending(tmp_path):
+    path = tmp_path / "manifest.jsonl"
+    m = Manifest(path)
+    m.append(row("train_000000"))
+    m.append(row("train_000001"))
+    m.close()
+    with open(path, "a") as fh:
+        fh.write('{"utt": "train_000002", "spl')  # killed mid-write
+    m = Manifest(path)
+    assert set(m.rows) == {"train_000000", "train_000001"}
+    assert "train_000002" not in m
+    m.append(row("train_000002"))
+    m.close()
+    assert [r["utt"] for r in read_rows(path)] == ["train_000000", "train_000001", "train_000002"]
+
+
+def test_export_writes_sorted_kaldi_files_and_summary_counts_hours(tmp_path):
+    rows = [row("train_000001", dur=3600.0), row("train_000000", family="kokoro"),
+            row("test_open_000000", split="test_open")]
+    assert export_kaldi(rows, tmp_path) == {"train": 2, "test_open": 1}
+    text = (tmp_path / "train" / "text").read_text().splitlines()
+    assert text == ["train_000000 words of train_000000", "train_000001 words of train_000001"]
+    scp = (tmp_path / "train" / "wav.scp").read_text().splitlines()
+    assert scp[0] == f"train_000000 {tmp_path.resolve()}/wavs/train/train_000000.flac"
+    assert (tmp_path / "train" / "utt2spk").read_text().splitlines()[1] == "train_000001 flite-slt"
+    table = summary(rows)
+    assert table["train"]["all"] == [2, pytest.approx(1.0 + 1.5 / 3600)]
+    assert table["train"]["kokoro"][0] == 1 and table["test_open"]["flite"][0] == 1
+
+
+def test_channel_effects_keep_length_level_and_range():
+    rng = np.random.default_rng(0)
+    speech = (0.5 * np.sin(np.arange(16000) * 2 * np.pi * 440 / 16000)).astype(np.float32)
+    ch = augment.Channel(pad_s=(0.1, 0.2), peak=0.5, rt60_s=0.4, wet=0.5, telephone=True, noise="pink",
+                         snr_db=20.0)
+    out = augment.apply(speech, ch, rng)
+    assert out.size == 16000 + 1600 + 3200 and out.dtype == np.float32
+    assert np.abs(out).max() <= 1.0
+    assert np.abs(out[:1600]).max() > 0  # noise in the padding too, as in a recording
+    assert augment.to_16k(np.zeros(24000, np.float32), 24000).size == 16000
+
+
+def load_gen():
+    spec = importlib.util.spec_from_file_location("gen_corpus_script", ROOT / "scripts" / "gen_corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SIZES = ["--test-template", "2", "--test-digits", "2", "--test-open", "2", "--test-heldout-voice", "2",
+         "--train", "8"]
+
+
+def frozen_text(root: Path) -> None:
+    """Text pools as build_text leaves them (so the test needs neither wordfreq nor the text packages)."""
+    d = root / "text"
+    d.mkdir(parents=True)
+    (d / "train.tsv").write_text("fortunes/a\tThe sun is warm today.\tthe sun is warm today\n"
+                                 "wordnet/noun\tA small red boat\ta small red boat\n")
+    (d / "heldout.tsv").write_text("fortunes/science\tWater boils when hot.\twater boils when hot\n")
+    (d / "vocab.txt").write_text("the\nof\nhouse\ngreen\nrun\n")
+    (d / "names.txt").write_text("anna\nben\n")
+    (d / "done").write_text("")
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed "
+                    "(bash scripts/get_tts_voices.sh installs it)")
+def test_a_resumed_run_makes_the_same_corpus_as_an_uninterrupted_one(tmp_path, monkeypatch):
+    gen = load_gen()
+    monkeypatch.setattr(gen.signal, "signal", lambda *a: None)  # leave pytest's handlers alone
+    monkeypatch.setattr(gen.voices, "_kokoro_names", lambda: [])
+    monkeypatch.setattr(gen.voices, "TRAIN_FAMILIES", {"espeak": 1.0})
+    monkeypatch.setattr(gen.voices, "HELDOUT_FAMILIES", {"espeak": 1.0})
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    for root in (whole, parts):
+        frozen_text(root)
+    assert gen.main(["run", "--root", str(whole), "--seed", "7", *SIZES]) == 0
+    assert gen.main(["run", "--root", str(parts), "--seed", "7", *SIZES, "--limit", "5"]) == 0
+    assert len(list(read_rows(parts / "manifest.jsonl"))) == 5
+    assert gen.main(["run", "--root", str(parts)]) == 0  # resume: plan and seed come from plan.json
+
+    def rows(root):
+        return {r["utt"]: {k: v for k, v in r.items() if k != "synth_cpu_s"}
+                for r in read_rows(root / "manifest.jsonl")}
+
+    a, b = rows(whole), rows(parts)
+    assert len(a) == 16 and a == b
+    for utt, r in a.items():
+        x, sr = sf.read(whole / r["path"], dtype="int16")
+        y, _ = sf.read(parts / r["path"], dtype="int16")
+        assert sr == 16000 and np.array_equal(x, y), utt
+    assert (parts / "train" / "text").read_text() == (whole / "train" / "text").read_text()
+    labels = {r["label"] for r in a.values() if r["split"] == "test_open"}
+    assert labels == {"water boils when hot"}  # held-out text only
+    assert not any(r["label"] == "water boils when hot" for r in a.values() if r["split"] == "train")
+    # a second run with a different seed would be another corpus: refused
+    with pytest.raises(SystemExit):
+        gen.main(["run", "--root", str(parts), "--seed", "8"])
+    # status reads the finished corpus
+    assert gen.main(["status", "--root", str(parts)]) == 0
+    plan = json.loads((parts / "plan.json").read_text())
+    assert plan == {"seed": 7, "sizes": {"test_template": 2, "test_digits": 2, "test_open": 2,
+                                         "test_heldout_voice": 2, "train": 8}}
