@@ -3,9 +3,12 @@
     python scripts/build_model_repo.py --model-dir models/demo_en --onnx-dir models/demo_en/onnx --out model_repo
 
 Reads the exported graphs (encoder.onnx, streaming_encoder.onnx, decoder.onnx from scripts/export_onnx.py)
-for every dimension, copies them into the model folders, and writes each config.pbtxt, the way WeNet's
-runtime/gpu/scripts/convert.py fills its templates. The python models' model.py files are already in the
-repository; this script only writes configs and model files.
+for every dimension, and writes each config.pbtxt the way WeNet's runtime/gpu/scripts/convert.py fills its
+templates. The repository is complete and self-contained: the graphs, the python models' model.py (from this
+project's model_repo/) and the tokenizer files (units.txt, bpe.model) are copied into the model folders, and
+every path in a config is relative to its model's folder, so the folder loads wherever it is written, moved
+or copied. The python models import `asr_server`, which must be installed where the server runs them
+(`pip install` into the server's python, or Triton's python stub: see deploy/README.md).
 
 Models written:
   offline   attention_rescoring (ensemble) = feature_extractor -> encoder -> scoring (+ decoder through BLS)
@@ -16,7 +19,6 @@ Models written:
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -24,10 +26,11 @@ from pathlib import Path
 
 import onnx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from asr_server.asr.units import SymbolTable
 
-from asr_server.asr.units import SymbolTable  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+# The python models' sources: model_repo/<name>/1/model.py of this project, copied into every built repository.
+PYTHON_MODEL_SOURCES = ROOT / "model_repo"
 
 ONNX_TO_CONFIG = {1: "TYPE_FP32", 10: "TYPE_FP16", 6: "TYPE_INT32", 7: "TYPE_INT64", 9: "TYPE_BOOL"}
 SEQUENCE_IDLE_US = 5_000_000  # per-sequence state is freed after 5 s without a request (WeNet's value)
@@ -76,12 +79,18 @@ CONTROLS = """control_input [
   ]"""
 
 
-def write(repo: Path, name: str, text: str, files: dict[str, Path] = {}) -> None:
+def write(repo: Path, name: str, text: str, files: dict[str, Path] = {}, assets: dict[str, Path] = {}) -> None:
+    """<repo>/<name>/config.pbtxt; `files` go into the version folder 1/ (a python model's model.py comes from
+    PYTHON_MODEL_SOURCES), `assets` next to config.pbtxt (the paths in parameters are relative to it)."""
     folder = repo / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
     (folder / "config.pbtxt").write_text(text.strip() + "\n")
-    for target, source in files.items():
-        shutil.copyfile(source, folder / "1" / target)
+    if 'backend: "python"' in text:
+        files = {"model.py": PYTHON_MODEL_SOURCES / name / "1" / "model.py", **files}
+    for target, source in [*((folder / "1" / t, s) for t, s in files.items()),
+                           *((folder / t, s) for t, s in assets.items())]:
+        if not (target.exists() and target.samefile(source)):  # building into model_repo/ itself
+            shutil.copyfile(source, target)
 
 
 def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: int, right_context: int,
@@ -93,14 +102,14 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
     mel = enc["speech"][1][-1]
     window = senc["chunk_xs"][1][0]
     bidecoder = int("r_hyps_pad_sos_eos" in dec)
-    # Paths in parameters are relative to each model's folder: <repo>/<model>/ -> ../../<model_dir>.
-    model_rel = Path("..") / Path(os.path.relpath(model_dir.resolve(), repo.resolve()))
-    units = model_rel / "units.txt"
-    bpe = model_rel / "bpe.model"
-    shared = {"units": units, "beam_size": beam, "bidecoder": bidecoder, "rescoring": int(rescoring),
+    # The tokenizer files are copied next to the config of each model that decodes; paths in parameters are
+    # relative to the model's folder, so the repository does not refer to MODEL_DIR once built.
+    tokenizer_files = {"units.txt": model_dir / "units.txt"}
+    shared = {"units": "units.txt", "beam_size": beam, "bidecoder": bidecoder, "rescoring": int(rescoring),
               "search": search}
     if (model_dir / "bpe.model").exists():
-        shared["bpe_model"] = bpe
+        shared["bpe_model"] = "bpe.model"
+        tokenizer_files["bpe.model"] = model_dir / "bpe.model"
     fbank = {"num_mel_bins": mel, "frame_length_ms": 25, "frame_shift_ms": 10, "sample_rate": 16000}
     wav_in = [tensor("wav", "TYPE_FP32", [-1]), tensor("wav_lens", "TYPE_INT32", [1])]
     speech_out = [tensor("speech", "TYPE_FP32", [-1, mel]), tensor("speech_lengths", "TYPE_INT32", [1])]
@@ -155,7 +164,7 @@ input [
 output [ {tensor("OUTPUT0", "TYPE_STRING", [1])} ]
 {OFFLINE_BATCHING}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-""")
+""", assets=tokenizer_files)
     write(repo, "attention_rescoring", f"""
 name: "attention_rescoring"
 platform: "ensemble"
@@ -236,7 +245,7 @@ sequence_batching {{
   {CONTROLS}
 }}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-""")
+""", assets=tokenizer_files)
     write(repo, "streaming_wenet", f"""
 name: "streaming_wenet"
 platform: "ensemble"

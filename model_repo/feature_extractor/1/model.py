@@ -5,16 +5,8 @@ shapes). Parameter `fbank_backend`: "kaldi-native-fbank" (CPU, the default) or "
 the instance's GPU when the instance group is KIND_GPU; kaldifeat must be installed).
 """
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
-try:
-    import asr_server  # noqa: F401
-except ImportError:  # real Triton's python stub: make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from asr_server.asr import serving_config
 from asr_server.asr.features import checked_waveform

@@ -6,16 +6,8 @@ frames equal the whole-utterance fbank whatever the client's chunk sizes. Parame
 for KIND_GPU).
 """
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
-try:
-    import asr_server  # noqa: F401
-except ImportError:  # real Triton's python stub: make the project importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from asr_server.asr import serving_config
 from asr_server.asr.features import checked_waveform

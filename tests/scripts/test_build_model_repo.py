@@ -1,0 +1,88 @@
+"""scripts/build_model_repo.py --out NEW_DIR writes a complete repository (graphs, python models, tokenizer
+files, relative paths) that serves both ASR pipelines, and still does after the folder is moved and copied.
+
+Uses the bundled model (models/demo_en) and its graphs, exported at set-up (scripts/build_demo_repo.sh).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tritonclient.grpc.aio as aioclient
+
+from client.audio import load_audio
+from client.offline import recognize
+from client.streaming import StreamingClient, StreamOptions
+from tests.conftest import ROOT
+
+MODEL_DIR = ROOT / "models" / "demo_en"
+DATA = ROOT / "tests" / "data" / "demo_utts"
+UTTERANCE = "test_a_000004"  # "i need nine black chairs": 2 s, both pipelines transcribe it exactly
+PIPELINE_MODELS = {"feature_extractor", "encoder", "decoder", "scoring", "attention_rescoring",
+                   "streaming_feature_extractor", "streaming_encoder", "wenet", "streaming_wenet"}
+
+pytestmark = pytest.mark.skipif(not (MODEL_DIR / "onnx" / "encoder.onnx").exists(),
+                                reason="the bundled model's graphs are not exported: run bash scripts/build_demo_repo.sh")
+
+
+def build(out: Path) -> subprocess.CompletedProcess:
+    """The script as a user runs it, from another working directory."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "build_model_repo.py"), "--model-dir",
+                           str(MODEL_DIR), "--out", str(out)], cwd=out.parent, capture_output=True, text=True,
+                          timeout=120)
+
+
+def reference() -> tuple:
+    texts = dict(line.split(" ", 1) for line in (DATA / "text").read_text().splitlines())
+    return load_audio(DATA / f"{UTTERANCE}.flac").samples, texts[UTTERANCE]
+
+
+async def transcripts(running, repo: Path) -> tuple[str, str]:
+    """(offline transcript, final streaming transcript) from a server on `repo` alone."""
+    samples, _ = reference()
+    async with running(repo, allow_http=False) as server:
+        url = f"127.0.0.1:{server.grpc_port}"
+        client = aioclient.InferenceServerClient(url)
+        try:
+            offline = await recognize(client, samples, timeout_s=60)
+        finally:
+            await client.close()
+        async with StreamingClient(url, StreamOptions(chunk_ms=640)) as streaming:
+            streamed = await streaming.transcribe(samples)
+    return offline.text, streamed.text
+
+
+def test_repository_is_self_contained(tmp_path):
+    out = tmp_path / "built"
+    run = build(out)
+    assert run.returncode == 0, run.stderr
+    assert {p.name for p in out.iterdir()} == PIPELINE_MODELS
+    for name in ("feature_extractor", "scoring", "streaming_feature_extractor", "wenet"):
+        assert (out / name / "1" / "model.py").read_text() == (ROOT / "model_repo" / name / "1" / "model.py").read_text()
+    for name in ("scoring", "wenet"):
+        assert (out / name / "units.txt").read_bytes() == (MODEL_DIR / "units.txt").read_bytes()
+        assert (out / name / "bpe.model").read_bytes() == (MODEL_DIR / "bpe.model").read_bytes()
+    # No parameter points outside its model's folder (no absolute path, no '..').
+    for config in out.glob("*/config.pbtxt"):
+        for value in re.findall(r'string_value: "([^"]*)"', config.read_text()):
+            assert not value.startswith("/") and ".." not in Path(value).parts, (config, value)
+
+
+async def test_built_repository_serves_both_pipelines_where_built_moved_and_copied(tmp_path, running):
+    _, text = reference()
+    built = tmp_path / "built"
+    assert build(built).returncode == 0
+    assert await transcripts(running, built) == (text, text)
+
+    moved = tmp_path / "elsewhere" / "deeper" / "repo"
+    moved.parent.mkdir(parents=True)
+    shutil.move(built, moved)
+    copied = tmp_path / "copy"
+    shutil.copytree(moved, copied)
+    shutil.rmtree(moved)  # nothing may refer to the folder it was copied from
+    assert await transcripts(running, copied) == (text, text)
