@@ -18,6 +18,7 @@ from tritonclient.grpc import service_pb2_grpc
 from asr_server.core import InferenceCore
 from asr_server.errors import ErrorCode, ServerError, as_server_error, invalid_argument
 from asr_server.protocol import converters
+from asr_server.protocol import parameters
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.protocol.status import GRPC_STATUS
 from asr_server.types import InferResponse
@@ -251,16 +252,12 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     # ---- logging and tracing --------------------------------------------------------------------
     @unary
     async def LogSettings(self, request, context):
-        changes = {}
+        values = {}
         for key in request.settings:
             value = request.settings[key]
             kind = value.WhichOneof("parameter_choice")
-            if kind is not None:
-                changes[key] = getattr(value, kind)
-        try:
-            current = self.settings.update_log(changes)
-        except KeyError as exc:
-            raise invalid_argument(f"unknown log setting {exc.args[0]!r}") from None
+            values[key] = getattr(value, kind) if kind is not None else None
+        current = self.settings.update_log(parameters.log_changes(values, self.settings.update_log({})))
         response = pb.LogSettingsResponse()
         for key, value in current.items():
             target = response.settings[key]

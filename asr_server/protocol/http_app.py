@@ -20,6 +20,7 @@ from aiohttp import web
 from asr_server.core import InferenceCore
 from asr_server.errors import ErrorCode, ServerError, as_server_error, invalid_argument
 from asr_server.protocol import http_converters as hc
+from asr_server.protocol import parameters as rules
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.protocol.status import HTTP_STATUS
 from asr_server.types import InferRequest
@@ -202,7 +203,7 @@ class HttpService:
         return json_response(self.settings.update_log({}))
 
     async def post_logging(self, request: web.Request) -> web.Response:
-        changes = hc.log_changes_from_json(await _json_body(request), self.settings.update_log({}))
+        changes = rules.log_changes(await _json_body(request), self.settings.update_log({}))
         return json_response(self.settings.update_log(changes))
 
     async def get_trace(self, request: web.Request) -> web.Response:

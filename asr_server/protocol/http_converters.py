@@ -127,28 +127,6 @@ def shared_memory_register_from_json(body: dict) -> tuple[str, int, int]:
     return key, offset, byte_size
 
 
-def log_changes_from_json(body: dict, current: dict[str, Any]) -> dict[str, Any]:
-    """POST /v2/logging: validate each value's type against the setting it changes."""
-    changes = {}
-    for key, value in body.items():
-        if key not in current:
-            raise invalid_argument(f"unknown log setting {key!r}")
-        expected = current[key]
-        if isinstance(expected, bool):
-            ok = isinstance(value, bool)
-            kind = "a boolean"
-        elif isinstance(expected, int):
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-            kind = "a non-negative integer"
-        else:
-            ok = isinstance(value, str)
-            kind = "a string"
-        if not ok:
-            raise invalid_argument(f"log setting '{key}' expects {kind}, got {json.dumps(value)}")
-        changes[key] = value
-    return changes
-
-
 def trace_changes_from_json(body: dict) -> dict[str, list[str]]:
     """POST trace settings: a value is a string, a list of strings, or null (reset to the default)."""
     changes = {}

@@ -152,3 +152,26 @@ def shm_placement(params: Mapping[str, Typed], tensor: str, http: bool) -> Optio
         offset=checked("shared_memory_offset", offset, http, tensor),
         byte_size=checked("shared_memory_byte_size", params["shared_memory_byte_size"], http, tensor),
     )
+
+
+def log_changes(body: Mapping[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """LogSettings (gRPC) and POST /v2/logging: each value's type must match the setting it changes, so that no
+    request leaves a setting that breaks every later one."""
+    changes = {}
+    for key, value in body.items():
+        if key not in current:
+            raise invalid_argument(f"unknown log setting {key!r}")
+        expected = current[key]
+        if isinstance(expected, bool):
+            ok = isinstance(value, bool)
+            kind = "a boolean"
+        elif isinstance(expected, int):
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            kind = "a non-negative integer"
+        else:
+            ok = isinstance(value, str)
+            kind = "a string"
+        if not ok:
+            raise invalid_argument(f"log setting '{key}' expects {kind}, got {json.dumps(value)}")
+        changes[key] = value
+    return changes

@@ -337,6 +337,14 @@ async def test_http_body_cap_is_enforced_before_buffering(repo, running):
         writer.close()
         assert status_line.startswith(b"HTTP/1.1 413") and b"exceeds the maximum allowed value" in rest
         assert sent_when_answered < 64 * cap, sent_when_answered  # socket buffers hold a few MB, not 1.1 GB
+        # A gzip body that inflates past the cap (10 MiB of zeros in ~10 KB) is cut off as it inflates.
+        import aiohttp
+        import gzip
+
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{server.http_port}") as http:
+            bomb = gzip.compress(b"0" * (10 << 20))
+            async with http.post("/v2/models/add_sub/infer", data=bomb, headers={"Content-Encoding": "gzip"}) as r:
+                assert r.status == 413
         # Under the cap, requests are served as before.
         client = http_aio.InferenceServerClient(f"127.0.0.1:{server.http_port}")
         try:
@@ -353,3 +361,23 @@ def test_http_max_input_size_flag():
     assert settings_from_args(args).http_max_input_size == 64 << 20  # Triton's default
     args = build_parser().parse_args(["--model-repository", "/tmp", "--http-max-input-size", "4096"])
     assert settings_from_args(args).http_max_input_size == 4096
+
+
+async def test_grpc_log_settings_types_are_checked(repo, running):
+    """A string log_verbose_level used to be stored, then failed int() in every later LogSettings call."""
+    async with running(repo, allow_http=False) as server:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            for key, field, value in (("log_verbose_level", "string_param", "abc"), ("log_info", "uint32_param", 1),
+                                      ("log_file", "bool_param", True)):
+                request = pb.LogSettingsRequest()
+                setattr(request.settings[key], field, value)
+                error = await grpc_error(stub.LogSettings(request))
+                assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+                assert f"log setting '{key}' expects" in error.details()
+            request = pb.LogSettingsRequest()
+            request.settings["log_verbose_level"].uint32_param = 1
+            response = await stub.LogSettings(request)
+            assert response.settings["log_verbose_level"].uint32_param == 1
+            request.settings["log_verbose_level"].uint32_param = 0
+            await stub.LogSettings(request)
