@@ -137,10 +137,11 @@ class InferenceCore:
             raise invalid_argument(f"failed to load '{name}': 'file:' parameters require a 'config' parameter")
         await self.manager.load(name, config_override, files or None)
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """`unload_dependents`: also unload an ensemble's steps that were loaded only along with it."""
         if not self.model_control_explicit:
             raise ServerError(LOAD_NOT_ALLOWED, ErrorCode.UNAVAILABLE)
-        await self.manager.unload(name)
+        await self.manager.unload(name, unload_dependents)
 
     # ---- inference ------------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:

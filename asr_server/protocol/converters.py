@@ -279,3 +279,13 @@ def config_override_json(params) -> Optional[str]:
     if "config" in params:
         return params["config"].string_param
     return None
+
+
+def unload_dependents(params) -> bool:
+    """RepositoryModelUnload's `unload_dependents` parameter (a bool_param, as Triton requires)."""
+    if "unload_dependents" not in params:
+        return False
+    value = params["unload_dependents"]
+    if value.WhichOneof("parameter_choice") != "bool_param":
+        raise invalid_argument("invalid value type for 'unload_dependents' parameter, expected bool_param.")
+    return value.bool_param

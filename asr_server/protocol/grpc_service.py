@@ -207,7 +207,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @unary
     async def RepositoryModelUnload(self, request, context):
-        await self.core.unload_model(request.model_name)
+        await self.core.unload_model(request.model_name, converters.unload_dependents(request.parameters))
         return pb.RepositoryModelUnloadResponse()
 
     # ---- shared memory --------------------------------------------------------------------------

@@ -168,8 +168,8 @@ class HttpService:
         return web.Response(status=200)
 
     async def unload(self, request: web.Request) -> web.Response:
-        await _json_body(request)  # `unload_dependents` is accepted; this server has no dependents to unload
-        await self.core.unload_model(request.match_info["model"])
+        name = request.match_info["model"]
+        await self.core.unload_model(name, hc.unload_dependents_from_json(name, await _json_body(request)))
         return web.Response(status=200)
 
     # ---- system shared memory -------------------------------------------------------------------

@@ -173,6 +173,17 @@ def load_request_from_json(name: str, body: dict) -> tuple[Optional[str], dict[s
     return config, files
 
 
+def unload_dependents_from_json(name: str, body: dict) -> bool:
+    """POST /v2/repository/models/{m}/unload: the boolean `parameters.unload_dependents` (default false)."""
+    params = body.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise invalid_argument(f"failed to unload '{name}': 'parameters' must be an object")
+    value = params.get("unload_dependents", False)
+    if not isinstance(value, bool):
+        raise invalid_argument(f"failed to unload '{name}': parameter 'unload_dependents' must be a boolean")
+    return value
+
+
 # ---- inference requests -----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class OutputForm:

@@ -4,6 +4,12 @@ The manager owns model lifecycles: for each loaded version it creates the backen
 (instance_group), runs their `load()` off the event loop, and wires them to a scheduler. A model that fails
 to load is UNAVAILABLE with its reason while the others serve. Reloading builds the new versions first and
 swaps them in, so a model keeps serving while it reloads (as Triton does).
+
+Ensembles follow Triton's dependency rules (server docs/user_guide/model_management.md, checked against
+tritonserver 2.51): loading an ensemble first loads those of its steps that are not loaded; unloading it with
+`unload_dependents` also unloads the steps that were loaded only along with it and that no other loaded
+ensemble uses; in poll mode an ensemble whose steps are not in the repository yet is loaded on the poll that
+finds them.
 """
 
 from __future__ import annotations
@@ -67,6 +73,8 @@ class ModelEntry:
     fingerprint: tuple = ()
     model_dir: Optional[Path] = None
     temp_dir: Optional[Path] = None  # the folder made for a load with `file:` contents; removed with the model
+    explicit: bool = True  # loaded by name; False: only as an ensemble's step (unload_dependents may unload it)
+    missing_steps: frozenset = frozenset()  # an ensemble's steps absent from the repository when its load failed
 
 
 # Builds the BLS hooks for a model context: (infer_sync, infer_async), bound to the server core.
@@ -127,10 +135,12 @@ class ModelManager:
         return self._locks.setdefault(name, asyncio.Lock())
 
     async def load(
-        self, name: str, config_override: Optional[str] = None, files: Optional[dict[str, bytes]] = None
+        self, name: str, config_override: Optional[str] = None, files: Optional[dict[str, bytes]] = None,
+        step_of: tuple[str, ...] = (),
     ) -> ModelEntry:
         """(Re)load a model from its folder; the old versions serve until the new ones are ready.
-        `files` ({"1/model.onnx": bytes}) replaces the folder by one made of these files (RepositoryModelLoad)."""
+        `files` ({"1/model.onnx": bytes}) replaces the folder by one made of these files (RepositoryModelLoad).
+        `step_of`: the ensembles (outermost first) that load this model as a step; empty for a load by name."""
         paths.check_model_name(name)
         async with self._lock(name):
             temp_dir = None
@@ -144,10 +154,17 @@ class ModelManager:
             entry = self.models.setdefault(name, ModelEntry(name=name))
             previous_dir, entry.model_dir = entry.model_dir, model_dir
             previous = dict(entry.versions)
+            if not step_of:
+                entry.explicit = True
+            elif not previous:
+                entry.explicit = False
+            entry.missing_steps = frozenset()
             if not previous:
                 entry.state = ModelState.LOADING
             try:
                 config, numbers = await asyncio.to_thread(self._prepare, model_dir, name, config_override)
+                if config.platform == "ensemble":
+                    await self._load_steps(entry, config, (*step_of, name))
                 new_versions = {}
                 for number in numbers:
                     new_versions[number] = await self._load_version(model_dir, name, number, config)
@@ -171,6 +188,32 @@ class ModelManager:
                 await asyncio.to_thread(_remove_tree, old_temp)
             log.info("successfully loaded '%s' version(s) %s", name, sorted(new_versions))
             return entry
+
+    async def _load_steps(self, entry: ModelEntry, config: mc.ModelConfig, chain: tuple[str, ...]) -> None:
+        """Load the steps of ensemble `entry` that have no loaded version (Triton loads an ensemble's composing
+        models with it). `chain`: the ensembles being loaded, outermost first, to refuse a cycle."""
+        steps = list(dict.fromkeys(step.model_name for step in config.ensemble_scheduling.step))
+        for step in steps:
+            if step in chain:
+                cycle = " -> ".join((*chain[chain.index(step):], step))
+                raise ServerError(f"circular dependency between ensembles: {cycle}", ErrorCode.INVALID_ARGUMENT)
+        missing = [s for s in steps if not paths.is_plain_name(s) or self.find_model_dir(s) is None]
+        if missing:
+            entry.missing_steps = frozenset(missing)
+            raise ServerError(f"ensemble {entry.name} contains models that are not available or ambiguous: "
+                              f"{', '.join(missing)}", ErrorCode.INVALID_ARGUMENT)
+        for step in steps:
+            loaded = self.models.get(step)
+            if loaded is not None and loaded.versions:
+                continue
+            try:
+                await self.load(step, step_of=chain)
+            except ServerError as exc:
+                cycle = exc.message.find("circular dependency between ensembles")
+                if cycle >= 0:  # reported as found, not as the step's failure
+                    raise ServerError(exc.message[cycle:], ErrorCode.INVALID_ARGUMENT) from None
+                raise ServerError(f"ensemble '{entry.name}' depends on '{step}' which is not valid",
+                                  ErrorCode.INVALID_ARGUMENT) from None
 
     @staticmethod
     def _materialise(name: str, files: dict[str, bytes]) -> Path:
@@ -252,11 +295,17 @@ class ModelManager:
                 )
         return contexts
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload a model (a model that is not loaded: nothing to do, as in Triton). With `unload_dependents`,
+        an ensemble's steps that were loaded only along with it and that no other loaded ensemble uses are
+        unloaded too (Triton's RepositoryModelUnload parameter)."""
+        steps: list[str] = []
         async with self._lock(name):
             entry = self.models.get(name)
             if entry is None:
-                raise ServerError(f"failed to unload '{name}', model is not loaded", ErrorCode.INVALID_ARGUMENT)
+                return
+            if entry.config is not None and entry.config.platform == "ensemble":
+                steps = list(dict.fromkeys(s.model_name for s in entry.config.ensemble_scheduling.step))
             versions, entry.versions = entry.versions, {}
             entry.state, entry.reason = ModelState.UNLOADING, ""
             for version in versions.values():
@@ -266,6 +315,17 @@ class ModelManager:
                 entry.temp_dir = None
             entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
             log.info("successfully unloaded '%s'", name)
+        if unload_dependents:
+            for step in steps:
+                dependent = self.models.get(step)
+                if dependent is not None and dependent.versions and not dependent.explicit \
+                        and not self._used_by_loaded_ensemble(step):
+                    await self.unload(step, unload_dependents=True)
+
+    def _used_by_loaded_ensemble(self, name: str) -> bool:
+        return any(e.versions and e.config is not None and e.config.platform == "ensemble"
+                   and any(s.model_name == name for s in e.config.ensemble_scheduling.step)
+                   for e in self.models.values())
 
     async def _unload_version(self, version: LoadedVersion) -> None:
         await version.scheduler.stop()
@@ -302,7 +362,10 @@ class ModelManager:
             if model_dir is None:
                 continue
             fingerprint = await asyncio.to_thread(version_io.fingerprint, model_dir)
-            if entry is None or entry.fingerprint != fingerprint:
+            # An ensemble that failed for want of steps is retried once one of them is in the repository.
+            steps_arrived = entry is not None and not entry.versions and any(
+                self.find_model_dir(step) is not None for step in entry.missing_steps)
+            if entry is None or entry.fingerprint != fingerprint or steps_arrived:
                 try:
                     await self.load(name)
                 except ServerError:
