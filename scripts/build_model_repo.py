@@ -38,6 +38,9 @@ MAX_AUDIO_SECONDS = 60  # longest offline utterance the feature extractor accept
 # No queue delay for the offline models (as WeNet's configs): an idle instance starts at once, and batches
 # form from what queues while it is busy. Waiting 2 ms at each of the four steps cost about 12 ms per
 # utterance at concurrency 1 here (p50 28 -> 16 ms) and gained no throughput at concurrency 8.
+# The offline graphs see inputs of every length: ORT's arena would keep the largest request's memory for
+# good, so each run hands it back (Triton's onnxruntime parameter).
+ARENA_SHRINKAGE = 'parameters [ { key: "memory.enable_memory_arena_shrinkage" value: { string_value: "cpu:0" } } ]'
 OFFLINE_BATCHING = "dynamic_batching { preferred_batch_size: [ 8, 16 ] }"
 
 
@@ -132,6 +135,7 @@ name: "encoder"
 backend: "onnxruntime"
 default_model_filename: "encoder.onnx"
 max_batch_size: {max_batch}
+{ARENA_SHRINKAGE}
 input [ {graph_tensor(enc, "speech")}, {graph_tensor(enc, "speech_lengths")} ]
 output [
   {graph_tensor(enc, "encoder_out")}, {graph_tensor(enc, "encoder_out_lens")},
@@ -145,6 +149,7 @@ name: "decoder"
 backend: "onnxruntime"
 default_model_filename: "decoder.onnx"
 max_batch_size: {max_batch}
+{ARENA_SHRINKAGE}
 input [
   {", ".join(graph_tensor(dec, n) for n in dec if n in ("encoder_out", "encoder_out_lens", "hyps_pad_sos_eos", "hyps_lens_sos", "r_hyps_pad_sos_eos", "ctc_score"))}
 ]

@@ -20,6 +20,7 @@ from typing import Optional
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.errors import ErrorCode, ServerError, as_server_error, invalid_argument, unavailable
+from asr_server.heap import HeapTrimmer
 from asr_server.scheduling import sequence_state as ss
 from asr_server.scheduling.base import Scheduler
 from asr_server.scheduling.instances import InstancePool
@@ -70,6 +71,7 @@ class SequenceBatcher(Scheduler):
         self._loop_task: Optional[asyncio.Task] = None
         self._forming: list[Pending] = []  # taken from their queues, not yet handed to an instance
         self.failure: Optional[str] = None  # set when the batching loop could not go on (model not ready)
+        self.trimmer = HeapTrimmer()  # gives freed sequence state back to the system once all are gone
 
     @property
     def healthy(self) -> bool:
@@ -283,14 +285,20 @@ class SequenceBatcher(Scheduler):
                 sequence.running = False
                 if sequence.ended and not sequence.queue:
                     del self.sequences[sequence.id]
+                    if not self.sequences:
+                        self.trimmer.request()
             self._ready.set()
             self._batch_done.set()
 
     # ---- idle sequences ------------------------------------------------------------------------
     def _evict_idle(self, now: float) -> None:
+        evicted = False
         for sequence in list(self.sequences.values()):
             if not sequence.queue and not sequence.running and now - sequence.last_seen > self.idle_s:
                 del self.sequences[sequence.id]
+                evicted = True
+        if evicted and not self.sequences:
+            self.trimmer.request()
 
     def _next_idle_deadline(self, now: float) -> Optional[float]:
         idle = [s.last_seen + self.idle_s for s in self.sequences.values() if not s.queue and not s.running]

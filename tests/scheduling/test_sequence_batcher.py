@@ -400,3 +400,29 @@ async def test_a_batch_of_two_to_a_sequence_model_is_refused_as_triton_does(tmp_
         assert ("inference request to model 'accumulator' must specify batch-size 1 due to requirements of "
                 "sequence batcher") in str(refused.value)
         await client.close()
+
+
+async def test_the_heap_is_trimmed_when_the_last_sequence_is_freed(tmp_path: Path, running, client_of):
+    """glibc keeps freed sequence state in its arenas; the batcher asks for malloc_trim when it holds no
+    sequence any more, at most once per interval (bundled repo: 418 -> 340 MB after a burst of streams)."""
+    from asr_server import heap
+
+    if heap._malloc_trim is None:
+        pytest.skip("malloc_trim is glibc's")
+    accumulator(tmp_path, idle_us=100_000)
+    async with running(tmp_path, allow_http=False) as server:
+        client = client_of(server)
+        scheduler = server.manager.get("accumulator").scheduler
+        await client.infer("accumulator", x_input(1.0), sequence_id=1, sequence_start=True, sequence_end=True)
+        assert scheduler.trimmer.trims == 1  # the only sequence ended
+        await client.infer("accumulator", x_input(1.0), sequence_id=2, sequence_start=True, sequence_end=True)
+        assert scheduler.trimmer.trims == 1  # not again within the interval
+        scheduler.trimmer.interval_s = 0.0
+        await client.infer("accumulator", x_input(1.0), sequence_id=3, sequence_start=True)
+        assert scheduler.trimmer.trims == 1  # sequence 3 is live
+        for _ in range(100):  # idle eviction runs on the batcher's own timer (bounded wait)
+            if not scheduler.sequences:
+                break
+            await asyncio.sleep(0.02)
+        assert not scheduler.sequences and scheduler.trimmer.trims == 2  # evicted: trimmed
+        await client.close()
