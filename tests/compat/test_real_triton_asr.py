@@ -1,17 +1,24 @@
-"""model_repo's ASR python models (feature_extractor, scoring, with the decoder called through BLS) in a real
-NVIDIA Triton 2.51, side by side with our server on the same folders.
+"""model_repo's ASR python models in a real NVIDIA Triton 2.51, side by side with our server on the same folders.
 
-The offline `attention_rescoring` ensemble is written by scripts/build_model_repo.py for the bundled model and
-served unchanged, except that `encoder` and `decoder` run as python models (tests/helpers/onnx_python_shim.py):
-the Triton fetched here ships only the python backend. The python models import asr_server, kaldi-native-fbank,
-sentencepiece and numba as they would in a Triton image with asr-server installed (scripts/get_triton.sh).
-Both servers must give the same transcripts, and our own onnxruntime backend the same again. The streaming
-ensemble is not checked here: its encoder keeps its caches as implicit state, which Triton offers to the
-onnxruntime, tensorrt and pytorch backends only.
+Both pipelines are written by scripts/build_model_repo.py for the bundled model and served unchanged, except
+that the ONNX models run as python models (tests/helpers/onnx_python_shim.py): the Triton fetched here ships
+only the python backend. The python models import asr_server, kaldi-native-fbank, sentencepiece and numba as
+they would in a Triton image with asr-server installed (scripts/get_triton.sh links them where the stub looks).
+
+- offline `attention_rescoring` (feature_extractor -> encoder -> scoring, decoder through BLS): the same
+  transcripts in Triton, in ours on the same folders, and in ours on the onnxruntime backend.
+- streaming `streaming_wenet` (streaming_feature_extractor -> wenet, streaming_encoder and decoder through BLS
+  with correlation ids and START/END flags): Triton's python backend cannot hold the encoder's caches as
+  implicit state (Triton feeds a python model the initial state every time and drops the state it returns;
+  implicit state is an onnxruntime/tensorrt/pytorch backend feature, and the fetched Triton has none of them).
+  So the encoder's shim keeps the caches per sequence itself; everything else runs as built. Partial and final
+  transcripts must equal ours on the same folders and ours with the real onnxruntime encoder holding its caches
+  as implicit state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 
@@ -22,7 +29,8 @@ import tritonclient.grpc as grpcclient
 from client.audio import load_audio
 from tests.conftest import ROOT
 from tests.helpers import real_triton as rt
-from tests.helpers.asr_repos import exported, offline_repo
+from client.streaming import StreamingClient, StreamOptions
+from tests.helpers.asr_repos import exported, offline_repo, pipeline_repo
 
 DATA = ROOT / "tests" / "data" / "demo_utts"
 START_S = 60  # five python stubs importing numba take a few seconds each
@@ -66,3 +74,78 @@ def test_offline_ensemble_gives_the_same_transcripts_in_real_triton(repos):
         ours_ort = [transcribe(ours.grpc_url, samples) for _, samples in items]
     assert all(theirs), theirs  # a real transcript for every utterance, not an empty string
     assert theirs == ours_shim == ours_ort
+
+
+@pytest.fixture(scope="module")
+def streaming_repos(tmp_path_factory) -> dict[str, Path]:
+    return {"shim": pipeline_repo(tmp_path_factory.mktemp("stream_shim"), "streaming", onnx_as_python=True),
+            "onnxruntime": pipeline_repo(tmp_path_factory.mktemp("stream_ort"), "streaming", onnx_as_python=False)}
+
+
+def stream_all(url: str, items, chunk_ms: float) -> list[tuple[str, list[str]]]:
+    """(final transcript, partial transcripts) per utterance, two streams at a time on one connection."""
+    async def run():
+        async with StreamingClient(url, StreamOptions(chunk_ms=chunk_ms)) as client:
+            results = []
+            for pair in range(0, len(items), 2):
+                results += await asyncio.gather(*(client.transcribe(s) for _, s in items[pair:pair + 2]))
+            return [(r.text, [p.text for p in r.partials]) for r in results]
+
+    return asyncio.run(run())
+
+
+def test_streaming_ensemble_gives_the_same_partials_and_transcripts_in_real_triton(streaming_repos):
+    items = utterances()[:4]
+    with rt.real_triton(streaming_repos["shim"], ready_timeout_s=START_S) as triton:
+        theirs = stream_all(triton.grpc_url, items, 640)
+    with rt.asr_server_process(streaming_repos["shim"], ready_timeout_s=START_S) as ours:
+        ours_shim = stream_all(ours.grpc_url, items, 640)
+    with rt.asr_server_process(streaming_repos["onnxruntime"], ready_timeout_s=START_S) as ours:
+        ours_ort = stream_all(ours.grpc_url, items, 640)
+    assert all(text and len(partials) >= 2 for text, partials in theirs), theirs
+    assert theirs == ours_shim == ours_ort
+
+
+ACCUMULATOR_CONFIG = """name: "accumulator"
+backend: "python"
+max_batch_size: 1
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  state [ { input_name: "INPUT_STATE" output_name: "OUTPUT_STATE" data_type: TYPE_INT32 dims: [ 1 ]
+            initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zeros" } } ]
+}
+"""
+ACCUMULATOR_PY = """import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            total = (pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+                     + pb_utils.get_input_tensor_by_name(request, "INPUT_STATE").as_numpy())
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT", total), pb_utils.Tensor("OUTPUT_STATE", total)]))
+        return responses
+"""
+
+
+def test_real_triton_python_backend_does_not_carry_implicit_state(tmp_path):
+    """Why the streaming encoder's shim keeps its own caches: a python model with implicit state gets the
+    initial state on every request of a sequence in Triton 2.51 (the state it returns is dropped). Should a
+    later Triton carry it (1, 2, 3), the shim's own state could go."""
+    (tmp_path / "accumulator" / "1").mkdir(parents=True)
+    (tmp_path / "accumulator" / "config.pbtxt").write_text(ACCUMULATOR_CONFIG)
+    (tmp_path / "accumulator" / "1" / "model.py").write_text(ACCUMULATOR_PY)
+    with rt.real_triton(tmp_path, ready_timeout_s=START_S) as triton:
+        with contextlib.closing(grpcclient.InferenceServerClient(triton.grpc_url)) as client:
+            totals = []
+            for step in range(3):
+                value = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+                value.set_data_from_numpy(np.ones((1, 1), dtype=np.int32))
+                result = client.infer("accumulator", [value], sequence_id=7, sequence_start=step == 0,
+                                      sequence_end=step == 2)
+                totals.append(int(result.as_numpy("OUTPUT").reshape(-1)[0]))
+    assert totals == [1, 1, 1]

@@ -1,10 +1,12 @@
-"""The offline ASR ensemble of model_repo for the bundled model, in a fresh folder, for runs beside real Triton.
+"""The ASR pipelines of the bundled model in a fresh folder, for runs beside real Triton.
 
-`offline_repo(folder, onnx_as_python=True)` writes attention_rescoring = feature_extractor -> encoder -> scoring
-(+ decoder through BLS) with scripts/build_model_repo.py and model_repo's model.py files unchanged; with
-`onnx_as_python` the encoder and decoder run as python models (tests/helpers/onnx_python_shim.py), since the
-Triton fetched here ships only the python backend. The streaming models are left out: their encoder keeps
-its caches as implicit state, which Triton offers to the onnxruntime, tensorrt and pytorch backends only.
+`pipeline_repo(folder, pipeline, onnx_as_python)` writes the repository with scripts/build_model_repo.py (which
+copies model_repo's model.py files unchanged) and keeps one pipeline:
+  "offline"   attention_rescoring = feature_extractor -> encoder -> scoring (+ decoder through BLS)
+  "streaming" streaming_wenet = streaming_feature_extractor -> wenet (+ streaming_encoder and decoder through BLS)
+With `onnx_as_python` the ONNX models run as python models (tests/helpers/onnx_python_shim.py), since the
+Triton fetched here ships only the python backend; the streaming encoder's shim then keeps its caches itself,
+per sequence, because Triton's python backend does not carry implicit state.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from tests.helpers.onnx_python_shim import as_python_model
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_DIR = ROOT / "models" / "demo_en"
 ONNX_DIR = MODEL_DIR / "onnx"
-PYTHON_MODELS = ("feature_extractor", "scoring")
-STREAMING_MODELS = ("streaming_encoder", "streaming_feature_extractor", "wenet", "streaming_wenet")
+PIPELINES = {
+    "offline": ("attention_rescoring", "feature_extractor", "encoder", "scoring", "decoder"),
+    "streaming": ("streaming_wenet", "streaming_feature_extractor", "wenet", "streaming_encoder", "decoder"),
+}
+ONNX_MODELS = ("encoder", "decoder", "streaming_encoder")
 
 
 def exported() -> bool:
@@ -27,17 +32,20 @@ def exported() -> bool:
     return (ONNX_DIR / "encoder.onnx").exists()
 
 
-def offline_repo(folder: Path, onnx_as_python: bool) -> Path:
+def pipeline_repo(folder: Path, pipeline: str, onnx_as_python: bool) -> Path:
     sys.path.insert(0, str(ROOT / "scripts"))
     import build_model_repo
 
     build_model_repo.build(MODEL_DIR, ONNX_DIR, folder, beam=10, chunk_size=16, right_context=6, subsampling=4,
                            max_batch=64)
-    for name in STREAMING_MODELS:
-        shutil.rmtree(folder / name)
-    for name in PYTHON_MODELS:
-        shutil.copyfile(ROOT / "model_repo" / name / "1" / "model.py", folder / name / "1" / "model.py")
-    if onnx_as_python:
-        for name in ("encoder", "decoder"):
-            as_python_model(folder / name)
+    keep = PIPELINES[pipeline]
+    for model in folder.iterdir():
+        if model.name not in keep:
+            shutil.rmtree(model)
+        elif onnx_as_python and model.name in ONNX_MODELS:
+            as_python_model(model)
     return folder
+
+
+def offline_repo(folder: Path, onnx_as_python: bool) -> Path:
+    return pipeline_repo(folder, "offline", onnx_as_python)

@@ -3,6 +3,12 @@ backend, which the real Triton fetched here (the nvidia-pytriton wheel) does not
 
 `as_python_model(folder)` turns a model folder written for `backend: "onnxruntime"` into the same model on
 `backend: "python"`: the config keeps its inputs, outputs and batching; this file becomes its 1/model.py.
+
+A model with implicit state (`sequence_batching { state [...] }`, the streaming encoder) cannot keep it on
+the python backend: Triton 2.51 feeds a python model the initial state on every request and drops the state
+outputs it returns (implicit state is an onnxruntime/tensorrt/pytorch backend feature). Its shim therefore
+keeps each sequence's state itself, keyed by CORRID, reset on START and dropped on END (the config's `state`
+block becomes these three control inputs): the same results, with the state in the model instead of Triton.
 """
 
 from __future__ import annotations
@@ -19,13 +25,27 @@ except ImportError:  # imported by the test to convert folders, not as a model
     pb_utils = None
 
 
+SEQUENCE_CONTROLS = """control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]"""
+
+
 def as_python_model(folder: Path) -> None:
     config = folder / "config.pbtxt"
     text = config.read_text()
     graph = re.search(r'default_model_filename: "([^"]+)"', text).group(1)
     text = text.replace('backend: "onnxruntime"', 'backend: "python"')
     text = re.sub(r'default_model_filename: "[^"]+"\n', "", text)
-    text += f'parameters [ {{ key: "onnx_file" value: {{ string_value: "{graph}" }} }} ]\n'
+    params = {"onnx_file": graph}
+    state = re.search(r"\n  state \[\n.*?\n  \]", text, flags=re.S)
+    if state:
+        pairs = re.findall(r'input_name: "([^"]+)" output_name: "([^"]+)"', state.group(0))
+        params["state"] = ",".join(f"{i}:{o}" for i, o in pairs)
+        text = text.replace(state.group(0), "\n  " + SEQUENCE_CONTROLS)
+    rows = ", ".join(f'{{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in params.items())
+    text += f"parameters [ {rows} ]\n"
     config.write_text(text)
     (folder / "1" / "model.py").write_text(Path(__file__).read_text())
 
@@ -38,14 +58,42 @@ class TritonPythonModel:
         graph = config["parameters"]["onnx_file"]["string_value"]
         path = Path(args["model_repository"]) / args["model_version"] / graph
         self.session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        self.inputs = [i["name"] for i in config["input"]]
-        self.outputs = [o["name"] for o in config["output"]]
+        # The graph's own inputs and outputs: the config's, plus for a model with implicit state
+        # (sequence_batching.state) the state inputs Triton feeds and the state outputs it keeps.
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = [o.name for o in self.session.get_outputs()]
+        state = config["parameters"].get("state", {}).get("string_value", "")
+        self.state_map = dict(pair.split(":") for pair in state.split(",")) if state else {}  # input -> output
+        # A new sequence's state: zeros of the graph's state shapes, one row (the batch axis is symbolic).
+        self.initial = {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], _numpy_type(i.type))
+                        for i in self.session.get_inputs() if i.name in self.state_map}
+        self.states: dict[int, dict] = {}  # CORRID -> {state input name: value}
 
     def execute(self, requests):
         responses = []
         for request in requests:
-            feeds = {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs}
-            values = self.session.run(self.outputs, feeds)
+            tensors = {name: pb_utils.get_input_tensor_by_name(request, name) for name in self.inputs}
+            feeds = {name: t.as_numpy() for name, t in tensors.items() if t is not None}
+            if self.state_map:
+                key = int(_control(request, "CORRID"))
+                state = self.initial if _control(request, "START") else self.states.get(key, self.initial)
+                feeds.update(state)
+            values = dict(zip(self.outputs, self.session.run(self.outputs, feeds)))
+            if self.state_map:
+                if _control(request, "END"):
+                    self.states.pop(key, None)
+                else:
+                    self.states[key] = {i: values.pop(o) for i, o in self.state_map.items()}
             responses.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor(name, np.ascontiguousarray(v)) for name, v in zip(self.outputs, values)]))
+                [pb_utils.Tensor(name, np.ascontiguousarray(v)) for name, v in values.items()
+                 if name not in self.state_map.values()]))
         return responses
+
+
+def _control(request, name: str):
+    return pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0]
+
+
+def _numpy_type(onnx_type: str):
+    return {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
+            "tensor(float16)": np.float16}[onnx_type]
