@@ -174,17 +174,17 @@ class SequenceBatcher(Scheduler):
         except BaseException:
             self.pool.release(instance)
             raise
+        self._forming = []
         if not batch:
             self.pool.release(instance)
             return
-        self._forming = []
         self._spawn(self._run(batch, instance))
 
     def _fail_forming(self, exc: BaseException) -> int:
         """Fail the requests the failed step had taken (each exactly once) and forget their sequences,
         whose state is now unknown; returns how many."""
         error = as_server_error(exc)
-        forming, self._forming = self._forming, []
+        forming, self._forming = [p for p in self._forming if not p.channel.closed], []
         for pending in forming:
             pending.fail(error)
             self._forget(pending.request.sequence.id)
@@ -226,9 +226,11 @@ class SequenceBatcher(Scheduler):
             pass
 
     def _take(self, heads: list[Sequence]) -> list[Pending]:
-        batch = self._forming = []
+        batch = []
+        self._forming = []  # every request taken off a queue, so that a failure here fails them all
         for sequence in heads:
             pending = sequence.queue.popleft()
+            self._forming.append(pending)
             if pending.request.cancelled():
                 self.pool.stats.record_request(False, total_ns=0, reason="CANCELED")
                 pending.fail(ServerError("request cancelled", ErrorCode.CANCELLED))

@@ -426,3 +426,33 @@ async def test_the_heap_is_trimmed_when_the_last_sequence_is_freed(tmp_path: Pat
             await asyncio.sleep(0.02)
         assert not scheduler.sequences and scheduler.trimmer.trims == 2  # evicted: trimmed
         await client.close()
+
+
+async def test_a_failure_while_forming_a_batch_fails_the_requests_taken_and_the_loop_goes_on(
+        tmp_path: Path, running, client_of, caplog):
+    """Any exception in the loop (here a request whose cancellation check raises) fails the requests it
+    had taken, exactly once, is logged, and later requests are served."""
+    from asr_server.scheduling.pending import Pending, ResponseChannel
+
+    py_accumulator(tmp_path)
+    async with running(tmp_path, allow_http=False) as server:
+        scheduler = server.manager.get("py_accumulator").scheduler
+        request = _sequence_request("py_accumulator", 11, name="X")
+
+        def broken():
+            raise RuntimeError("cancellation check failed")
+
+        request.cancelled = broken
+        channel = ResponseChannel(asyncio.get_running_loop())
+        scheduler.submit(Pending(request, channel))
+        with pytest.raises(Exception) as failed:
+            await asyncio.wait_for(channel.first(), 5)
+        assert "cancellation check failed" in str(failed.value)
+        assert "sequence batcher of model 'py_accumulator' failed; 1 request(s) failed with it" in caplog.text
+        assert 11 not in scheduler.sequences and scheduler.healthy
+        client = client_of(server)
+        result = await asyncio.wait_for(client.infer("py_accumulator", x_input(4.0, "X"), sequence_id=12,
+                                                     sequence_start=True, sequence_end=True), 5)
+        assert float(result.as_numpy("SUM")[0, 0]) == 4.0
+        assert channel.dropped == 0
+        await client.close()
