@@ -1,0 +1,13 @@
+# NVIDIA Triton 2.51 (NGC release 24.10) able to run this project's python models.
+#   docker build -f deploy/triton.Dockerfile -t triton-asr:24.10 .
+# The python models (feature_extractor, scoring, streaming_feature_extractor, wenet) import asr_server; the
+# python backend's stub runs the image's own python 3, so installing the project there is all they need
+# (no sys.path edits, no EXECUTION_ENV_PATH archive). The ONNX models run on Triton's onnxruntime backend,
+# which also holds the streaming encoder's caches as implicit state.
+FROM nvcr.io/nvidia/tritonserver:24.10-py3
+WORKDIR /opt/asr-server
+COPY pyproject.toml README.md ./
+COPY asr_server asr_server
+COPY client client
+RUN pip install --no-cache-dir .
+EXPOSE 8000 8001 8002
