@@ -22,7 +22,8 @@ from .cmvn import CmvnStats, load_cmvn, save_json_cmvn
 from .features import FbankConfig
 from .model import ModelConfig, U2Model
 from .nn.decoder import DecoderConfig
-from .nn.encoder import EncoderConfig, GlobalCMVN
+from .nn.embedding import PositionalEncoding
+from .nn.encoder import ENCODER_TYPES, WENET_ENCODER_DEFAULTS, EncoderConfig, GlobalCMVN
 from .units import SymbolTable, Tokenizer
 
 
@@ -53,15 +54,26 @@ def _resolve(directory: Path, value: str | None, default: str) -> Path | None:
 
 
 def build_model(config: dict, cmvn: CmvnStats | None = None) -> U2Model:
-    """A randomly initialised U2Model from a parsed train.yaml dict."""
-    if config.get("encoder", "conformer") != "conformer":
-        raise ValueError(f"encoder {config.get('encoder')!r} is not implemented (conformer only)")
+    """A randomly initialised U2Model from a parsed train.yaml dict (WeNet 2.x or 3.x keys).
+
+    Keys a train.yaml leaves out take WeNet's constructor defaults (they differ between its conformer and
+    transformer encoders), so a model builds here as WeNet builds it."""
+    encoder_type = config.get("encoder", "conformer")
+    if encoder_type not in ENCODER_TYPES:
+        raise ValueError(f"encoder {encoder_type!r} is not implemented (only {', '.join(ENCODER_TYPES)})")
+    decoder_type = config.get("decoder", "bitransformer")
+    if decoder_type not in ("bitransformer", "transformer"):
+        raise ValueError(f"decoder {decoder_type!r} is not implemented (only bitransformer, transformer; a "
+                         "CTC-only WeNet model keeps its decoder with ctc_weight 1.0)")
     vocab = int(config.get("output_dim") or config.get("vocab_size") or 0)
     mc = dict(config.get("model_conf") or {})
+    if mc.get("apply_non_blank_embedding"):
+        raise ValueError("model_conf apply_non_blank_embedding: true is not implemented (rescoring would see "
+                         "the blank frames WeNet drops)")
     model_cfg = ModelConfig(input_dim=int(config.get("input_dim", 80)), vocab_size=vocab,
-                            decoder_type=config.get("decoder", "bitransformer"),
+                            decoder_type=decoder_type, encoder_type=encoder_type,
                             **{k: v for k, v in mc.items() if k in ModelConfig.__dataclass_fields__
-                               and k not in ("input_dim", "vocab_size", "decoder_type")})
+                               and k not in ("input_dim", "vocab_size", "decoder_type", "encoder_type")})
     unknown = set(mc) - set(ModelConfig.__dataclass_fields__) - ModelConfig.IGNORED
     if unknown:
         raise ValueError(f"unsupported model_conf keys: {sorted(unknown)}")
@@ -69,8 +81,28 @@ def build_model(config: dict, cmvn: CmvnStats | None = None) -> U2Model:
     if cmvn is not None:
         mean, istd = cmvn.mean_istd()
         gcmvn = GlobalCMVN(torch.from_numpy(mean), torch.from_numpy(istd))
-    return U2Model(model_cfg, EncoderConfig.from_dict(config.get("encoder_conf") or {}),
+    encoder_conf = {**WENET_ENCODER_DEFAULTS[encoder_type], **(config.get("encoder_conf") or {})}
+    return U2Model(model_cfg, EncoderConfig.from_dict(encoder_conf),
                    DecoderConfig.from_dict(config.get("decoder_conf") or {}), gcmvn)
+
+
+def drop_position_tables(model: U2Model, state: dict, source: Path) -> dict:
+    """WeNet keeps each PositionalEncoding's sin/cos table in its state_dict (``encoder.embed.pos_enc.pe``,
+    ``decoder.*.embed.1.pe``, (1, max_len, d)); here it is a non-persistent buffer. Drop those entries after
+    checking that the rows they hold are the table this model computes (another encoding must not load)."""
+    tables = {name + ".pe": m.pe for name, m in model.named_modules() if isinstance(m, PositionalEncoding)}
+    out = {}
+    for key, value in state.items():
+        if key not in tables:
+            out[key] = value
+            continue
+        ours = tables[key]
+        theirs = value.reshape(-1, value.shape[-1]).float()
+        rows = min(theirs.size(0), ours.size(0))
+        if theirs.size(1) != ours.size(1) or not torch.allclose(theirs[:rows], ours[:rows], atol=1e-3, rtol=0):
+            raise ValueError(f"{source}: {key} is not the sinusoidal position table of WeNet's "
+                             "PositionalEncoding (a different positional encoding is not supported)")
+    return out
 
 
 def load_model_dir(directory: str | Path, checkpoint: str = "final.pt", device: str = "cpu") -> LoadedModel:
@@ -79,6 +111,8 @@ def load_model_dir(directory: str | Path, checkpoint: str = "final.pt", device: 
     config = _yaml().safe_load((directory / "train.yaml").read_text()) or {}
     cmvn_conf = config.get("cmvn_conf") or {}
     cmvn_path = _resolve(directory, config.get("cmvn_file") or cmvn_conf.get("cmvn_file"), "global_cmvn")
+    if "cmvn" in config and config["cmvn"] is None:  # WeNet 3.x: `cmvn: null` builds no GlobalCMVN
+        cmvn_path = None
     state = torch.load(directory / checkpoint, map_location=device, weights_only=True)
     if isinstance(state, dict) and "model" in state and isinstance(state["model"], dict):
         state = state["model"]  # some trainers wrap the state_dict
@@ -92,6 +126,7 @@ def load_model_dir(directory: str | Path, checkpoint: str = "final.pt", device: 
     else:
         cmvn = None
     model = build_model(config, cmvn if has_cmvn or cmvn_path is not None else None)
+    state = drop_position_tables(model, state, directory / checkpoint)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ValueError(f"{directory / checkpoint}: state_dict mismatch: missing {missing[:8]}, "
@@ -115,9 +150,13 @@ def load_model_dir(directory: str | Path, checkpoint: str = "final.pt", device: 
 def model_config_dict(model: U2Model, fbank: FbankConfig = FbankConfig(), bpe: bool = False) -> dict:
     """The train.yaml content describing ``model`` (WeNet 2.x and 3.x keys)."""
     mc = model.model_cfg
+    encoder_conf = model.encoder_cfg.to_dict()
+    if mc.encoder_type == "transformer":  # WeNet's TransformerEncoder takes none of the conformer's own keys
+        for key in ("macaron_style", "use_cnn_module", "cnn_module_kernel", "causal", "cnn_module_norm"):
+            encoder_conf.pop(key)
     return {
-        "encoder": "conformer",
-        "encoder_conf": model.encoder_cfg.to_dict(),
+        "encoder": mc.encoder_type,
+        "encoder_conf": encoder_conf,
         "decoder": mc.decoder_type,
         "decoder_conf": model.decoder_cfg.to_dict(),
         "model_conf": {"ctc_weight": mc.ctc_weight, "lsm_weight": mc.lsm_weight,

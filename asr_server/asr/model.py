@@ -32,6 +32,7 @@ class ModelConfig:
     length_normalized_loss: bool = False
     reverse_weight: float = 0.3         # share of the right-to-left decoder in the attention loss / score
     decoder_type: str = "bitransformer"  # or "transformer"
+    encoder_type: str = "conformer"     # or "transformer" (train.yaml's top-level ``encoder``)
 
     IGNORED = frozenset({"special_tokens", "ignore_id", "add_sos_eos", "apply_non_blank_embedding"})
 
@@ -111,7 +112,7 @@ class U2Model(nn.Module):
         self.model_cfg, self.encoder_cfg, self.decoder_cfg = model_cfg, encoder_cfg, decoder_cfg
         v, d = model_cfg.vocab_size, encoder_cfg.output_size
         self.sos = self.eos = v - 1
-        self.encoder = ConformerEncoder(model_cfg.input_dim, encoder_cfg, global_cmvn)
+        self.encoder = ConformerEncoder(model_cfg.input_dim, encoder_cfg, global_cmvn, model_cfg.encoder_type)
         if model_cfg.decoder_type == "bitransformer":
             self.decoder = BiTransformerDecoder(v, d, decoder_cfg)
         elif model_cfg.decoder_type == "transformer":

@@ -50,6 +50,29 @@ class MultiHeadedAttention(nn.Module):
         return self.forward_attention(v, scores, mask)
 
 
+def _with_cache(k: torch.Tensor, v: torch.Tensor, cache: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prepend cached keys/values ((B, h, C, 2*d_k), keys|values on the last axis); returns k, v, new cache."""
+    if cache is not None and cache.size(2) > 0:
+        k_cache, v_cache = torch.split(cache, cache.size(-1) // 2, dim=-1)
+        k = torch.cat([k_cache, k], dim=2)
+        v = torch.cat([v_cache, v], dim=2)
+    return k, v, torch.cat([k, v], dim=-1)
+
+
+class CachedSelfAttention(MultiHeadedAttention):
+    """Encoder self-attention without position terms (WeNet ``selfattn`` beside ``abs_pos``), same call and
+    cache layout as ``RelPositionMultiHeadedAttention`` (``pos_emb`` is accepted and unused)."""
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                pos_emb: torch.Tensor | None = None, cache: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k, v = self.forward_qkv(query, key, value)
+        k, v, new_cache = _with_cache(k, v, cache)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.d_k)
+        return self.forward_attention(v, scores, mask), new_cache
+
+
 class RelPositionMultiHeadedAttention(MultiHeadedAttention):
     """Self-attention with Transformer-XL style position terms (``linear_pos``, ``pos_bias_u``, ``pos_bias_v``).
 
@@ -77,11 +100,7 @@ class RelPositionMultiHeadedAttention(MultiHeadedAttention):
         returns: out (B, T, d), new_cache (B, h, C+T, 2*d_k)
         """
         q, k, v = self.forward_qkv(query, key, value)      # (B, h, T, d_k)
-        if cache is not None and cache.size(2) > 0:
-            k_cache, v_cache = torch.split(cache, cache.size(-1) // 2, dim=-1)
-            k = torch.cat([k_cache, k], dim=2)
-            v = torch.cat([v_cache, v], dim=2)
-        new_cache = torch.cat([k, v], dim=-1)
+        k, v, new_cache = _with_cache(k, v, cache)
         p = self.linear_pos(pos_emb).view(pos_emb.size(0), -1, self.h, self.d_k).transpose(1, 2)  # (1|B,h,K,d_k)
         q = q.transpose(1, 2)                                # (B, T, h, d_k)
         q_u = (q + self.pos_bias_u).transpose(1, 2)          # (B, h, T, d_k)

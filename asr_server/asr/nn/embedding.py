@@ -1,4 +1,4 @@
-"""Sinusoidal positional encodings and the Conv2d x4 subsampling front end."""
+"""Sinusoidal positional encodings and WeNet's Conv2d subsampling front ends (x4, x6, x8)."""
 
 from __future__ import annotations
 
@@ -56,26 +56,72 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x), self.dropout(pos_emb)
 
 
-class Conv2dSubsampling4(nn.Module):
-    """Two stride-2 3x3 convolutions: 10 ms frames -> 40 ms encoder frames.
+class Conv2dSubsampling(nn.Module):
+    """Stacked stride-s kxk convolutions (WeNet ``Conv2dSubsampling{4,6,8}``): 10 ms frames -> 40/60/80 ms.
 
-    Needs ``right_context + 1 = 7`` input frames for its first output; output frame n sees inputs 4n..4n+6.
+    ``layers``: (kernel, stride) per convolution. Output frame n sees inputs rate*n .. rate*n + right_context,
+    right_context = sum((kernel - 1) * product of the earlier strides). WeNet names the output projection
+    ``out.0`` for x4 and ``linear`` for x6/x8; ``out_name`` keeps its state_dict keys.
     """
 
-    subsampling_rate = 4
-    right_context = 6
+    layers: tuple[tuple[int, int], ...] = ()
+    out_name = "linear"
 
     def __init__(self, idim: int, odim: int, pos_enc: PositionalEncoding):
         super().__init__()
-        self.conv = nn.Sequential(nn.Conv2d(1, odim, 3, 2), nn.ReLU(), nn.Conv2d(odim, odim, 3, 2), nn.ReLU())
-        self.out = nn.Sequential(nn.Linear(odim * (((idim - 1) // 2 - 1) // 2), odim))
+        convs, channels, freq = [], 1, idim
+        for kernel, stride in self.layers:
+            convs += [nn.Conv2d(channels, odim, kernel, stride), nn.ReLU()]
+            channels, freq = odim, (freq - kernel) // stride + 1
+        self.conv = nn.Sequential(*convs)
+        proj = nn.Linear(odim * freq, odim)
+        if self.out_name == "out":
+            self.out = nn.Sequential(proj)
+        else:
+            self.linear = proj
         self.pos_enc = pos_enc
+        rate, ctx = 1, 0
+        for kernel, stride in self.layers:
+            ctx += (kernel - 1) * rate
+            rate *= stride
+        self.subsampling_rate, self.right_context = rate, ctx
+
+    def output_mask(self, x_mask: torch.Tensor) -> torch.Tensor:
+        """(B, 1, T) valid input frames -> (B, 1, T') valid output frames (WeNet's slicing)."""
+        for kernel, stride in self.layers:
+            x_mask = x_mask[:, :, kernel - 1::stride]
+        return x_mask
 
     def forward(self, x: torch.Tensor, x_mask: torch.Tensor, offset: torch.Tensor | int = 0
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x: (B, T, idim), x_mask: (B, 1, T) -> x (B, T', odim), pos_emb (1|B, T', odim), mask (B, 1, T')."""
+        """x: (B, T, idim), x_mask: (B, 1, T) -> x (B, T', odim), pos_emb (1|B, T', odim), mask (B, 1, T').
+
+        offset: position of the first output frame (int, or (B,) per stream); only an absolute positional
+        encoding adds it to x, the relative one returns it as pos_emb."""
         x = self.conv(x.unsqueeze(1))                        # (B, C, T', F')
         b, c, t, f = x.size()
-        x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
+        x = (self.out if self.out_name == "out" else self.linear)(x.transpose(1, 2).reshape(b, t, c * f))
         x, pos_emb = self.pos_enc(x, offset)
-        return x, pos_emb, x_mask[:, :, 2::2][:, :, 2::2]
+        return x, pos_emb, self.output_mask(x_mask)
+
+
+class Conv2dSubsampling4(Conv2dSubsampling):
+    """Two stride-2 3x3 convolutions; needs 7 input frames for its first output."""
+
+    layers = ((3, 2), (3, 2))
+    out_name = "out"
+
+
+class Conv2dSubsampling6(Conv2dSubsampling):
+    """3x3 stride 2, then 5x5 stride 3; right context 10."""
+
+    layers = ((3, 2), (5, 3))
+
+
+class Conv2dSubsampling8(Conv2dSubsampling):
+    """Three stride-2 3x3 convolutions; right context 14."""
+
+    layers = ((3, 2), (3, 2), (3, 2))
+
+
+SUBSAMPLING = {"conv2d": Conv2dSubsampling4, "conv2d6": Conv2dSubsampling6, "conv2d8": Conv2dSubsampling8}

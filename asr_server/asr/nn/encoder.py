@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .attention import RelPositionMultiHeadedAttention
-from .embedding import Conv2dSubsampling4, PositionalEncoding
+from .attention import CachedSelfAttention, RelPositionMultiHeadedAttention
+from .embedding import SUBSAMPLING, PositionalEncoding
 from .masks import add_optional_chunk_mask, make_pad_mask
 
 LAYER_NORM_EPS = 1e-5  # WeNet's LayerNorm eps
@@ -136,6 +136,38 @@ class ConformerEncoderLayer(nn.Module):
         return x, new_att_cache, new_cnn_cache
 
 
+class TransformerEncoderLayer(nn.Module):
+    """Pre-norm self-attention -> FFN (WeNet ``TransformerEncoderLayer``: ``norm1``, ``norm2``); no conv cache."""
+
+    def __init__(self, size: int, self_attn: nn.Module, feed_forward: nn.Module, dropout_rate: float):
+        super().__init__()
+        self.self_attn = self_attn
+        self.feed_forward = feed_forward
+        self.norm1 = nn.LayerNorm(size, eps=LAYER_NORM_EPS)
+        self.norm2 = nn.LayerNorm(size, eps=LAYER_NORM_EPS)
+        self.dropout = nn.Dropout(dropout_rate)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor, mask_pad: torch.Tensor,
+                att_cache: torch.Tensor | None = None, cnn_cache: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Shapes as ``ConformerEncoderLayer.forward``; the returned cnn cache is (B, d, 0)."""
+        t = self.norm1(x)
+        att, new_att_cache = self.self_attn(t, t, t, mask, pos_emb, att_cache)
+        x = x + self.dropout(att)
+        x = x + self.dropout(self.feed_forward(self.norm2(x)))
+        return x, new_att_cache, x.new_zeros(x.size(0), x.size(2), 0)
+
+
+ENCODER_TYPES = ("conformer", "transformer")
+# WeNet's constructor defaults where they differ from EncoderConfig's (a train.yaml may leave keys out)
+WENET_ENCODER_DEFAULTS = {
+    "conformer": {"num_blocks": 6, "pos_enc_layer_type": "rel_pos", "selfattention_layer_type": "rel_selfattn"},
+    "transformer": {"num_blocks": 6, "pos_enc_layer_type": "abs_pos", "selfattention_layer_type": "selfattn",
+                    "activation_type": "relu", "macaron_style": False, "use_cnn_module": False},
+}
+POSITION_ATTENTION = {"rel_pos": "rel_selfattn", "abs_pos": "selfattn"}
+
+
 @dataclass(frozen=True)
 class EncoderConfig:
     """WeNet ``encoder_conf`` keys (conformer); unknown keys are rejected by ``from_dict``."""
@@ -147,8 +179,8 @@ class EncoderConfig:
     dropout_rate: float = 0.1
     positional_dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.0
-    input_layer: str = "conv2d"           # only conv2d (x4) is implemented
-    pos_enc_layer_type: str = "rel_pos"
+    input_layer: str = "conv2d"           # conv2d (x4), conv2d6 or conv2d8 subsampling
+    pos_enc_layer_type: str = "rel_pos"   # rel_pos (with rel_selfattn) or abs_pos (with selfattn)
     normalize_before: bool = True         # pre-norm (post-norm conformers are not implemented)
     static_chunk_size: int = 0
     use_dynamic_chunk: bool = False       # dynamic chunk training (U2/U2++)
@@ -181,10 +213,12 @@ class EncoderConfig:
 
 
 def validate_encoder_config(cfg: EncoderConfig) -> None:
-    if cfg.input_layer != "conv2d":
-        raise ValueError(f"input_layer {cfg.input_layer!r}: only conv2d is implemented")
-    if cfg.pos_enc_layer_type != "rel_pos" or cfg.selfattention_layer_type != "rel_selfattn":
-        raise ValueError("only rel_pos / rel_selfattn conformers are implemented")
+    if cfg.input_layer not in SUBSAMPLING:
+        raise ValueError(f"input_layer {cfg.input_layer!r} is not implemented (only {', '.join(SUBSAMPLING)})")
+    if POSITION_ATTENTION.get(cfg.pos_enc_layer_type) != cfg.selfattention_layer_type:
+        raise ValueError(f"pos_enc_layer_type {cfg.pos_enc_layer_type!r} with selfattention_layer_type "
+                         f"{cfg.selfattention_layer_type!r} is not implemented (only rel_pos with rel_selfattn, "
+                         "abs_pos with selfattn)")
     if not cfg.normalize_before:
         raise ValueError("only pre-norm (normalize_before: true) is implemented")
     if cfg.output_size % cfg.attention_heads:
@@ -192,21 +226,35 @@ def validate_encoder_config(cfg: EncoderConfig) -> None:
 
 
 class ConformerEncoder(nn.Module):
-    def __init__(self, input_size: int, cfg: EncoderConfig, global_cmvn: GlobalCMVN | None = None):
+    """WeNet's ``ConformerEncoder``, or with ``encoder_type="transformer"`` its ``TransformerEncoder`` (same
+    front end, caches and streaming step; the layers have no conv module)."""
+
+    def __init__(self, input_size: int, cfg: EncoderConfig, global_cmvn: GlobalCMVN | None = None,
+                 encoder_type: str = "conformer"):
         super().__init__()
         validate_encoder_config(cfg)
+        if encoder_type not in ENCODER_TYPES:
+            raise ValueError(f"encoder {encoder_type!r} is not implemented (only {', '.join(ENCODER_TYPES)})")
+        if encoder_type == "transformer" and (cfg.use_cnn_module or cfg.macaron_style):
+            raise ValueError("a transformer encoder has no conv module or macaron FFN")
         self.cfg = cfg
+        self.encoder_type = encoder_type
         d = cfg.output_size
         self.global_cmvn = global_cmvn
-        self.embed = Conv2dSubsampling4(input_size, d,
-                                        PositionalEncoding(d, cfg.positional_dropout_rate, add_to_input=False))
+        absolute = cfg.pos_enc_layer_type == "abs_pos"
+        self.embed = SUBSAMPLING[cfg.input_layer](
+            input_size, d, PositionalEncoding(d, cfg.positional_dropout_rate, add_to_input=absolute))
+        attention = CachedSelfAttention if absolute else RelPositionMultiHeadedAttention
         self.encoders = nn.ModuleList()
         for _ in range(cfg.num_blocks):
             ff = lambda: PositionwiseFeedForward(d, cfg.linear_units, cfg.dropout_rate,  # noqa: E731
                                                  activation(cfg.activation_type))
+            attn = attention(cfg.attention_heads, d, cfg.attention_dropout_rate)
+            if encoder_type == "transformer":
+                self.encoders.append(TransformerEncoderLayer(d, attn, ff(), cfg.dropout_rate))
+                continue
             self.encoders.append(ConformerEncoderLayer(
-                d, RelPositionMultiHeadedAttention(cfg.attention_heads, d, cfg.attention_dropout_rate), ff(),
-                ff() if cfg.macaron_style else None,
+                d, attn, ff(), ff() if cfg.macaron_style else None,
                 ConvolutionModule(d, cfg.cnn_module_kernel, activation(cfg.activation_type), cfg.cnn_module_norm,
                                   cfg.causal) if cfg.use_cnn_module else None,
                 cfg.dropout_rate))
@@ -280,7 +328,8 @@ class ConformerEncoder(nn.Module):
         in_mask = ~make_pad_mask(xs_lens.to(torch.int64), xs.size(1)).unsqueeze(1)   # (B, 1, W)
         if self.global_cmvn is not None:
             xs = self.global_cmvn(xs)
-        xs, _, chunk_mask = self.embed(xs, in_mask)                                 # (B, T', d), (B, 1, T')
+        # the offset only matters to an absolute positional encoding, which adds it to the chunk's frames
+        xs, _, chunk_mask = self.embed(xs, in_mask, offset.reshape(-1).to(torch.int64))  # (B, T', d), (B, 1, T')
         cache_t = att_cache.size(3)
         t_out = xs.size(1)
         # Key positions of [cache; chunk] are offset-C .. offset+T'-1, per stream.
