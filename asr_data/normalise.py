@@ -67,10 +67,11 @@ NUMBER_RULES = (
 )
 
 
-def speakable(raw: str) -> str | None:
-    """The text to give a synthesiser, or None if it cannot be said unambiguously."""
+def speakable(raw: str, allow_caps: bool = False) -> str | None:
+    """The text to give a synthesiser, or None if it cannot be said unambiguously. allow_caps: capitals
+    are emphasis, not acronyms (transcripts of recorded speech: "At least MY plane")."""
     text = _fold(raw)
-    if UNSAYABLE.search(text) or ACRONYM.search(text):
+    if UNSAYABLE.search(text) or (not allow_caps and ACRONYM.search(text)):
         return None
     for abbr, words in ABBREVIATIONS.items():
         text = text.replace(abbr, words)
@@ -92,9 +93,9 @@ def label(speak: str) -> str | None:
     return " ".join(words)
 
 
-def normalise(raw: str) -> tuple[str, str] | None:
+def normalise(raw: str, allow_caps: bool = False) -> tuple[str, str] | None:
     """(speak, label) for a raw sentence, or None."""
-    speak = speakable(raw)
+    speak = speakable(raw, allow_caps)
     if speak is None:
         return None
     lab = label(speak)

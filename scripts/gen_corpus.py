@@ -243,7 +243,55 @@ def status(args) -> int:
             cell[1] += r["dur"] / 3600
         for (split, spk), (n, h) in sorted(per_voice.items()):
             print(f"  {split:20s} {spk:28s} {n:6d} utts {h:6.2f} h")
+    fotaq_rows = list(read_rows(root / "fotaq" / "manifest.jsonl"))
+    for split, cells in sorted(summary(fotaq_rows).items()):
+        print(f"{split:20s} {cells['all'][0]:6d} utts  {cells['all'][1]:7.2f} h   (real speech, {root}/fotaq)")
     print(f"failures: {failures}")
+    return 0
+
+
+FOTAQ_TEST_SPEAKERS = 8  # other-person voices of whole dialogues held out as real-speech test data
+
+
+def fotaq_run(args) -> int:
+    """Real speech: the voiced lines of Debian's flight-of-the-amazon-queen, resampled to 16 kHz flac, as
+    ROOT/fotaq/{fotaq_train,fotaq_test}. Joe (the hero, about 40% of the clips) trains; the people of
+    FOTAQ_TEST_SPEAKERS dialogues, drawn by the seed, are the test split. Resumable like `run`."""
+    from asr_data import fotaq
+
+    if not fotaq.QUEEN_1C.exists():
+        sys.exit(f"{fotaq.QUEEN_1C} missing: apt-get install flight-of-the-amazon-queen "
+                 "(bash scripts/get_tts_voices.sh installs it)")
+    from asr_data.normalise import normalise
+
+    root = args.root / "fotaq"
+    manifest = Manifest(root / "manifest.jsonl")
+    clips = fotaq.clips()
+    people = sorted({c.speaker for c in clips if c.speaker != "joe"})
+    held = set(random.Random(args.seed or 2026).sample(people, FOTAQ_TEST_SPEAKERS))
+    skipped = made = 0
+    for clip in clips:
+        split = "fotaq_test" if clip.speaker in held else "fotaq_train"
+        utt = f"{split}_{clip.name.lower()}"
+        pair = normalise(clip.text, allow_caps=True)
+        if pair is None:
+            skipped += 1
+            continue
+        if utt in manifest:
+            continue
+        audio, sr = fotaq.clip_audio(fotaq.QUEEN_1C, clip.name)
+        audio = np.clip(augment.to_16k(audio, sr), -1.0, 1.0)
+        rel = Path("wavs") / split / f"{utt}.flac"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        sf.write(root / rel, audio, augment.SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+        manifest.append({"utt": utt, "split": split, "path": str(rel), "dur": round(audio.size / 16000, 3),
+                         "label": pair[1], "speak": clip.text, "kind": "real", "source": "fotaq",
+                         "family": "fotaq", "voice": clip.speaker, "speaker": f"fotaq-{clip.speaker}"})
+        made += 1
+    counts = export_kaldi(manifest.rows.values(), root)
+    manifest.close()
+    print(f"fotaq: {counts}, made {made} now, {skipped} lines not normalisable; held-out speakers "
+          f"{sorted(held)}")
     return 0
 
 
@@ -275,7 +323,7 @@ def bench(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("run", "status", "export", "bench"))
+    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq"))
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--seed", type=int, default=None, help="first run only (default 2026); fixed after")
     for split in SPLIT_ORDER:
@@ -286,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.command == "run":
         return run(args)
+    if args.command == "fotaq":
+        return fotaq_run(args)
     if args.command == "bench":
         return bench(args)
     if args.command == "export":
