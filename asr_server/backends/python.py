@@ -31,7 +31,7 @@ from asr_server.backends import triton_python_backend_utils as pb_utils
 from asr_server.backends.base import Backend, ExecuteResult, ModelContext
 from asr_server.backends.reshape import to_client_shape, to_model_shape
 from asr_server.dtypes import wire_name
-from asr_server.errors import ErrorCode, ServerError, internal
+from asr_server.errors import ErrorCode, ServerError, internal, invalid_argument
 from asr_server.types import InferRequest, InferResponse, ResponseSink
 
 log = logging.getLogger(__name__)
@@ -493,6 +493,12 @@ class PythonBackend(Backend):
             return [internal(f"decoupled model '{self.context.name}' needs one response sender per request")] * len(
                 requests
             )
+        refused = self._refused(requests)
+        if refused:  # those fail alone; the model runs the rest of the batch
+            keep = [i for i in range(len(requests)) if i not in refused]
+            kept = self.execute([requests[i] for i in keep], [senders[i] for i in keep] if senders else None)
+            results = dict(zip(keep, kept))
+            return [refused[i] if i in refused else results[i] for i in range(len(requests))]
         captured: list[list[Optional[InferResponse]]] = [[] for _ in requests]
         pb_senders = [self._sender(i, r, senders, captured[i]) for i, r in enumerate(requests)]
         pb_requests = [self._pb_request(r, s) for r, s in zip(requests, pb_senders)]
@@ -510,6 +516,17 @@ class PythonBackend(Backend):
         if self._decoupled:
             return self._decoupled_results(returned, pb_senders)
         return self._results(requests, returned, captured)
+
+    def _refused(self, requests: Sequence[InferRequest]) -> dict[int, ServerError]:
+        """Requests that cannot become a pb_utils request (e.g. a float correlation id): {index: error}."""
+        refused = {}
+        for i, request in enumerate(requests):
+            sequence_id = request.sequence.id
+            if isinstance(sequence_id, bool) or not isinstance(sequence_id, (int, str)):
+                refused[i] = invalid_argument(
+                    f"sequence_id of a request to model '{self.context.name}' must be an unsigned integer or a "
+                    f"string, got {type(sequence_id).__name__}")
+        return refused
 
     def _execute_error(self, exc: BaseException) -> ServerError:
         """Triton's wording for a model whose execute raised (without the traceback, which we log)."""

@@ -456,3 +456,27 @@ async def test_a_failure_while_forming_a_batch_fails_the_requests_taken_and_the_
         assert float(result.as_numpy("SUM")[0, 0]) == 4.0
         assert channel.dropped == 0
         await client.close()
+
+
+async def test_a_request_the_python_backend_cannot_hand_to_the_model_fails_alone_in_its_batch(
+        tmp_path: Path, running):
+    """Issue 13: a float sequence_id failed the whole python-model batch (16 good streams got errors from one
+    bad client). Submitted past the core's check, in one batch with two good sequences."""
+    from asr_server.scheduling.pending import Pending, ResponseChannel
+
+    py_accumulator(tmp_path)
+    async with running(tmp_path, allow_http=False) as server:
+        scheduler = server.manager.get("py_accumulator").scheduler
+        loop = asyncio.get_running_loop()
+        channels = {}
+        for sequence_id, value in ((21, 1.0), (22.5, 2.0), (23, 3.0)):
+            channels[sequence_id] = ResponseChannel(loop)
+            scheduler.submit(Pending(_sequence_request("py_accumulator", sequence_id, value, name="X"),
+                                     channels[sequence_id]))
+        results = await asyncio.gather(*(asyncio.wait_for(c.first(), 5) for c in channels.values()),
+                                       return_exceptions=True)
+        stats = server.manager.get("py_accumulator").stats.snapshot()
+        assert stats.execution_count == 1  # the three shared one batch
+        assert float(results[0].output("SUM").data[0, 0]) == 1.0
+        assert float(results[2].output("SUM").data[0, 0]) == 3.0
+        assert results[1].code.name == "INVALID_ARGUMENT" and "got float" in results[1].message
