@@ -496,7 +496,8 @@ class PythonBackend(Backend):
         refused = self._refused(requests)
         if refused:  # those fail alone; the model runs the rest of the batch
             keep = [i for i in range(len(requests)) if i not in refused]
-            kept = self.execute([requests[i] for i in keep], [senders[i] for i in keep] if senders else None)
+            kept = self.execute([requests[i] for i in keep], [senders[i] for i in keep] if senders else None
+                                ) if keep else []
             results = dict(zip(keep, kept))
             return [refused[i] if i in refused else results[i] for i in range(len(requests))]
         captured: list[list[Optional[InferResponse]]] = [[] for _ in requests]
