@@ -357,6 +357,14 @@ def _require_streamable(model: U2Model) -> None:
                          "non-causal conformer has no conv cache and cannot stream exactly")
 
 
+def streaming_inputs(model: U2Model) -> tuple[str, ...]:
+    """The streaming graph's inputs: without a conv module (transformer encoder) the empty cnn_cache is
+    unused and the exporter drops it, as in WeNet's export (its Triton config then has no cnn_cache state)."""
+    if model.encoder_cfg.use_cnn_module:
+        return STREAMING_INPUTS
+    return tuple(n for n in STREAMING_INPUTS if n != "cnn_cache")
+
+
 def export_streaming_encoder(model: U2Model, path: Path, opts: ExportOptions = ExportOptions(),
                              fp16: bool = False) -> ParityReport:
     verify_options(model, opts)
@@ -375,7 +383,7 @@ def export_streaming_encoder(model: U2Model, path: Path, opts: ExportOptions = E
         shapes = [tuple(o.shape[1:]) for o in graph(*example)]
     # the tracer leaves the outputs' time/cache dims symbolic; Triton's implicit state needs them fixed
     _set_output_dims(path, dict(zip(STREAMING_OUTPUTS, shapes)))
-    check_io(path, STREAMING_INPUTS, STREAMING_OUTPUTS)
+    check_io(path, streaming_inputs(model), STREAMING_OUTPUTS)
     dynamic = dynamic_dims(path)
     if any(dims != [0] for dims in dynamic.values()):
         raise ExportMismatch(f"{path.name}: only the batch axis may be dynamic, got {dynamic}")
@@ -421,6 +429,7 @@ def _check_streaming(model: U2Model, path: Path, opts: ExportOptions, fp16: bool
         chunk_xs = torch.cat(xs)
         chunk_lens = torch.tensor(lens, dtype=torch.int32)
         feeds = {"chunk_xs": _np(chunk_xs).astype(np_float), "chunk_lens": _np(chunk_lens), **ort_state}
+        feeds = {k: v for k, v in feeds.items() if k in streaming_inputs(model)}
         outs = dict(zip(STREAMING_OUTPUTS, sess.run(list(STREAMING_OUTPUTS), feeds)))
         # (a) same batch through torch, from the very state ORT carried (fp32)
         with torch.no_grad():

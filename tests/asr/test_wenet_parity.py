@@ -169,3 +169,73 @@ def test_unsupported_wenet_configurations_are_refused_clearly(tmp_path, edit, me
     (folder / "train.yaml").write_text(yaml.safe_dump(conf))
     with pytest.raises(ValueError, match=message):
         load_model_dir(folder)
+
+
+# ------------------------------------------------------------------------------------- our ONNX exports
+@pytest.fixture(scope="module")
+def exported(case, tmp_path_factory):
+    """Our encoder / streaming encoder / decoder graphs of the fixture model (each export checks ORT against
+    torch on random inputs itself); the streaming graph only for models that can stream exactly."""
+    pytest.importorskip("onnxruntime")
+    from asr_server.asr.export import ExportOptions, export_decoder, export_encoder, export_streaming_encoder
+
+    name, loaded, expected = case
+    model, out = loaded.model, tmp_path_factory.mktemp(name)
+    opts = ExportOptions(chunk_size=CHUNK, left_chunks=LEFT_CHUNKS, beam=BEAM)
+    reports = [export_encoder(model, out / "encoder.onnx", opts)]
+    if model.encoder.cnn_cache_frames > 0 or not model.encoder_cfg.use_cnn_module:
+        reports.append(export_streaming_encoder(model, out / "streaming_encoder.onnx", opts))
+    if "offline_rescoring_tokens" in expected:
+        reports.append(export_decoder(model, out / "decoder.onnx", opts))
+    assert all(r.ok for r in reports), [r.line() for r in reports]
+    return out
+
+
+def _ort(path: Path):
+    from asr_server.asr.export import _session
+
+    return _session(path)
+
+
+def test_our_onnx_graphs_reproduce_wenet(case, exported, inputs):
+    name, loaded, expected = case
+    model = loaded.model
+    feats, lens = inputs
+    enc_out, enc_lens, lp, _, _ = _ort(exported / "encoder.onnx").run(
+        None, {"speech": feats.numpy(), "speech_lengths": lens.numpy().astype(np.int32)})
+    for b, n in enumerate(expected["ctc_lens"]):
+        np.testing.assert_allclose(lp[b, :n], expected["ctc_log_probs"][b, :n], atol=ATOL, rtol=0)
+    if (exported / "decoder.onnx").exists():
+        # WeNet's n-best through decoder.onnx (ctc_weight / reverse_weight of train.yaml baked in) must pick
+        # WeNet's attention-rescoring result
+        nbests = [[(tokens(r), float(s)) for r, s in zip(expected["offline_nbest"][b],
+                                                         expected["offline_nbest_scores"][b]) if (r >= 0).any()]
+                  for b in range(len(lens))]
+        inputs_ = build_decoder_inputs(nbests, BEAM, model.sos, model.eos, bidirectional=model.has_right_decoder)
+        feeds = {"encoder_out": enc_out, "encoder_out_lens": enc_lens, **inputs_.feeds()}
+        sess = _ort(exported / "decoder.onnx")
+        (best,) = sess.run(None, {i.name: feeds[i.name] for i in sess.get_inputs()})
+        for b, j in enumerate(best):
+            assert nbests[b][j][0] == tokens(expected["offline_rescoring_tokens"][b])
+    if not (exported / "streaming_encoder.onnx").exists():
+        return
+    sess = _ort(exported / "streaming_encoder.onnx")
+    enc = model.encoder
+    window, stride = enc.decoding_window(CHUNK), CHUNK * enc.subsampling_rate
+    x = feats[0, :int(lens[0])].numpy()
+    state = {k: v.numpy() for k, v in model.init_stream_state(1, CHUNK * LEFT_CHUNKS).items()}
+    outs, top = [], []
+    for start in range(0, x.shape[0] - enc.right_context, stride):
+        piece = x[start:start + window]
+        chunk = np.zeros((1, window, x.shape[1]), np.float32)
+        chunk[0, :len(piece)] = piece
+        feeds = {"chunk_xs": chunk, "chunk_lens": np.array([len(piece)], np.int32), **state}
+        r = dict(zip([o.name for o in sess.get_outputs()],
+                     sess.run(None, {i.name: feeds[i.name] for i in sess.get_inputs()})))
+        state = {k: r["r_" + k] for k in state}
+        n = int(r["chunk_out_lens"][0])
+        outs.append(r["chunk_out"][0, :n])
+        top.append(r["log_probs"][0, :n])
+    np.testing.assert_allclose(np.concatenate(outs), expected["stream_chunk_out"], atol=ATOL, rtol=0)
+    want = -np.sort(-expected["stream_ctc_log_probs"], axis=-1)[:, :BEAM]
+    np.testing.assert_allclose(np.concatenate(top), want, atol=ATOL, rtol=0)
