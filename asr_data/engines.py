@@ -84,7 +84,7 @@ def pico(text: str, voice: str, p: Prosody) -> tuple[np.ndarray, int]:
 
 
 def rhvoice(text: str, voice: str, p: Prosody) -> tuple[np.ndarray, int]:
-    """RHVoice; voice one of alan, bdl, clb, slt (and the accented evgeniy-eng, lyubov). Text on stdin."""
+    """RHVoice; voice one of alan, bdl, clb, slt (evgeniy-eng and lyubov also speak English). Text on stdin."""
     rate = int(np.clip(100 * p.tempo, 50, 200))    # percent of the voice's default (100), 200 at most
     pitch = int(np.clip(100 * p.pitch, 50, 200))
     return _via_file(lambda out: ["RHVoice-test", "-p", voice, "-r", str(rate), "-t", str(pitch), "-o", out],

@@ -25,7 +25,9 @@ TRAIN_VOICES: dict[str, tuple[str, ...]] = {
     "mbrola": ("mb-us1", "mb-us2", "mb-us3", "mb-en1"),
     "flite": ("kal16", "awb", "rms", "slt"),
     "festival": ("kal", "ked", "slt_hts"),
-    "rhvoice": ("alan", "bdl", "clb", "slt", "evgeniy-eng", "lyubov"),
+    # RHVoice's evgeniy-eng and lyubov (accented English) are CC BY-NC-ND 4.0: not used, so that no
+    # non-commercial voice shapes the shipped model. alan, bdl, clb, slt are LGPL-2.1+.
+    "rhvoice": ("alan", "bdl", "clb", "slt"),
     "piper": ("joe",),
 }
 HELDOUT_VOICES: dict[str, tuple[str, ...]] = {"pico": ("en-US", "en-GB")}
