@@ -311,3 +311,18 @@ async def test_offline_audio_longer_than_the_configured_maximum_is_refused_alone
     assert results[0].status() == "StatusCode.INVALID_ARGUMENT"
     assert "WAV_LENS is 976000 samples (61.0 s), longer than the 60 s this model accepts" in results[0].message()
     assert results[1].as_numpy("TRANSCRIPTS").shape == (1, 1)
+
+
+async def test_a_batch_of_two_to_streaming_wenet_is_refused_not_cut_to_its_first_row(client):
+    """Issue 13: the second row was silently dropped. Triton's sequence batcher refuses batch sizes > 1."""
+    from tritonclient.utils import InferenceServerException
+
+    samples = utterance(33, 0.5)
+    wav = aioclient.InferInput("WAV", [2, samples.size], "FP32")
+    wav.set_data_from_numpy(np.stack([samples, samples]))
+    lens = aioclient.InferInput("WAV_LENS", [2, 1], "INT32")
+    lens.set_data_from_numpy(np.full((2, 1), samples.size, np.int32))
+    with pytest.raises(InferenceServerException) as refused:
+        await client.infer("streaming_wenet", [wav, lens], sequence_id=6161, sequence_start=True, sequence_end=True)
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "must specify batch-size 1 due to requirements of sequence batcher" in refused.value.message()
