@@ -41,7 +41,10 @@ class PositionalEncoding(nn.Module):
         # keeps consecutive key positions ending at the same row, so each chunk is scored as if it sat at
         # ~200 s, a position no less valid than 300 s for a model trained on utterances far shorter than
         # either (keys carry no position of their own; the position term is recomputed from these rows each
-        # chunk). WeNet asserts here instead and resets streams at endpoints (wenet-e2e/wenet#389, #1518).
+        # chunk). That argument holds for the relative-position encoder (rel_pos); with abs_pos the cached keys
+        # keep the rows they were given, so past the clamp point new frames repeat the cache's last rows: an
+        # approximation, still better than failing. WeNet asserts here instead and resets streams at
+        # endpoints (wenet-e2e/wenet#389, #1518).
         start = torch.clamp(offset.reshape(-1, 1), max=self.pe.size(0) - size)
         index = start + torch.arange(size, device=offset.device, dtype=offset.dtype)
         index = torch.clamp(index, min=0)
