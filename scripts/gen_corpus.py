@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Generate the data-v2 corpus (issue 15): open English text, many synthesisers, resumable.
 
-    bash scripts/get_tts_voices.sh && bash scripts/get_real_speech.sh      # once per machine
-    nice -n 19 /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py run >> /work/asr_data/gen.log 2>&1 &
-    /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py status
+    bash scripts/resume_corpus.sh          # voices, real speech, game speech, then `run` in the background
+    /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py status [--voices]
+    /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py bench       # synthesis speed of every voice
 
 Writes under ROOT (default /work/asr_data, outside the checkout):
     ROOT/manifest.jsonl                 one line per finished utterance (append-only; the truth)
@@ -224,8 +224,8 @@ def status(args) -> int:
     plan = json.loads((root / "plan.json").read_text()) if (root / "plan.json").exists() else {"sizes": {}}
     pid = (root / "gen.pid").read_text().strip() if (root / "gen.pid").exists() else None
     alive = bool(pid) and Path(f"/proc/{pid}").exists()
-    print(f"generator: {'running, pid ' + pid if alive else 'not running'}; resume: "
-          f"nice -n 19 {sys.executable} {Path(__file__).resolve()} run >> {root}/gen.log 2>&1 &")
+    print(f"generator: {'running, pid ' + pid if alive else 'not running'}; start or resume: "
+          f"bash {Path(__file__).resolve().parent}/resume_corpus.sh")
     failures = sum(1 for _ in read_rows(root / "failures.jsonl"))
     table = summary(rows)
     for split in SPLIT_ORDER:
