@@ -19,13 +19,16 @@ Models written:
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import onnx
 
+from asr_server.asr.onnx_layout import find_graphs
 from asr_server.asr.units import SymbolTable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -282,8 +285,9 @@ def exports_up_to_date(model_dir: Path, onnx_dir: Path) -> bool:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model-dir", type=Path, required=True, help="WeNet-style model folder (units.txt, ...)")
-    p.add_argument("--onnx-dir", type=Path, default=None,
-                   help="folder with encoder/streaming_encoder/decoder.onnx (default: MODEL_DIR/onnx)")
+    p.add_argument("--onnx-dir", type=Path, action="append", default=None,
+                   help="folder with encoder/streaming_encoder/decoder.onnx (default: MODEL_DIR/onnx); or, given "
+                        "twice, WeNet's wenet/bin/export_onnx_gpu.py output folders (one offline, one --streaming)")
     p.add_argument("--export", action="store_true",
                    help="first export the graphs from MODEL_DIR's checkpoint with scripts/export_onnx.py "
                         "(skipped when they are newer than the checkpoint)")
@@ -299,14 +303,20 @@ def main() -> int:
                    help="the CTC search result is final (no attention rescoring with the decoder)")
     args = p.parse_args()
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
-    onnx_dir = args.onnx_dir or args.model_dir / "onnx"
+    onnx_dirs = args.onnx_dir or [args.model_dir / "onnx"]
+    if args.export and len(onnx_dirs) > 1:
+        p.error("--export writes one folder: give at most one --onnx-dir with it")
+    onnx_dir = onnx_dirs[0]
     if args.export and not exports_up_to_date(args.model_dir, onnx_dir):
         subprocess.run([sys.executable, str(ROOT / "scripts" / "export_onnx.py"), "--model-dir", str(args.model_dir),
                         "--out-dir", str(onnx_dir), "--chunk-size", str(args.chunk_size),
                         "--beam", str(args.beam)], check=True)
-    args.onnx_dir = onnx_dir
-    build(args.model_dir, args.onnx_dir, args.out, args.beam, args.chunk_size, args.right_context,
-          args.subsampling, args.max_batch, args.search, args.rescoring)
+    with tempfile.TemporaryDirectory() as staging:
+        # the graphs under the names build() reads (WeNet's export calls both encoders encoder.onnx)
+        for name, path in find_graphs(onnx_dirs).items():
+            os.symlink(path.resolve(), Path(staging) / f"{name}.onnx")
+        build(args.model_dir, Path(staging), args.out, args.beam, args.chunk_size, args.right_context,
+              args.subsampling, args.max_batch, args.search, args.rescoring)
     print(f"wrote the ASR pipelines into {args.out}")
     return 0
 

@@ -406,6 +406,25 @@ def served_fixture(model, conf: dict, folder: Path) -> None:
     np.savez_compressed(folder / "served.npz", wav=wav, **off, **st)
 
 
+def _drop_broken_fp16(folder: Path) -> None:
+    """Keep WeNet's fp16 graphs only if ONNX Runtime loads them; else say why in FP16_FAILED.txt."""
+    import onnxruntime as ort
+
+    problems = []
+    for graph in sorted(folder.glob("*_fp16.onnx")):
+        try:
+            ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+        except Exception as e:  # noqa: BLE001 - recorded, not hidden
+            problems.append(f"{graph.name}: ONNX Runtime cannot load it: "
+                            f"{str(e).splitlines()[0].replace(str(folder) + '/', '')}")
+    if problems:
+        for graph in folder.glob("*_fp16.onnx"):
+            graph.unlink()
+        with open(folder / "FP16_FAILED.txt", "a") as note:
+            note.write("wenet/bin/export_onnx_gpu.py --fp16 (onnxconverter-common's convert_float_to_float16) "
+                       "wrote invalid graphs, removed:\n" + "\n".join(problems) + "\n")
+
+
 def wenet_onnx_export(checkout: Path, model, model_dir: Path, out: Path) -> None:
     """Run wenet/bin/export_onnx_gpu.py (offline, then --streaming; both with --fp16) on ``model``'s weights.
 
@@ -467,8 +486,9 @@ def wenet_onnx_export(checkout: Path, model, model_dir: Path, out: Path) -> None
                         raise
                     (target / "FP16_FAILED.txt").write_text(
                         f"wenet/bin/export_onnx_gpu.py --fp16 failed after writing the fp32 graphs: {e!r}\n")
+                _drop_broken_fp16(target)
                 for graph in target.glob("*.onnx"):  # gzip: the graphs are mostly repetitive protobuf
-                    with open(graph, "rb") as src, gzip.open(f"{graph}.gz", "wb", compresslevel=9) as dst:
+                    with open(graph, "rb") as src, gzip.GzipFile(f"{graph}.gz", "wb", 9, mtime=0) as dst:
                         shutil.copyfileobj(src, dst)
                     graph.unlink()
     finally:

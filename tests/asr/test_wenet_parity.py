@@ -239,3 +239,64 @@ def test_our_onnx_graphs_reproduce_wenet(case, exported, inputs):
     np.testing.assert_allclose(np.concatenate(outs), expected["stream_chunk_out"], atol=ATOL, rtol=0)
     want = -np.sort(-expected["stream_ctc_log_probs"], axis=-1)[:, :BEAM]
     np.testing.assert_allclose(np.concatenate(top), want, atol=ATOL, rtol=0)
+
+
+# ------------------------------------------------------------------ WeNet's own ONNX export, served by us
+def _wenet_export_dirs(tmp_path: Path) -> list[Path]:
+    """wenet_onnx/{offline,streaming}: WeNet's export_onnx_gpu.py output of onnx_tiny (gzipped in the
+    repository), as the user has it."""
+    import gzip
+    import shutil
+
+    dirs = []
+    for sub in ("offline", "streaming"):
+        folder = tmp_path / "wenet_export" / sub
+        folder.mkdir(parents=True)
+        for packed in (FIXTURES / "wenet_onnx" / sub).glob("*.onnx.gz"):
+            with gzip.open(packed, "rb") as src, open(folder / packed.name[:-3], "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        dirs.append(folder)
+    return dirs
+
+
+async def test_wenet_onnx_export_served_by_our_pipelines(tmp_path, running):
+    """build_model_repo.py --onnx-dir OFFLINE --onnx-dir STREAMING on WeNet's own export folders: the built
+    repository serves both pipelines, and their transcripts are WeNet's attention-rescoring results for the
+    same audio (offline decode, and simulate_streaming with chunk 16 / 4 left chunks)."""
+    import subprocess
+    import sys
+
+    import tritonclient.grpc.aio as aioclient
+
+    from asr_server.asr.units import SymbolTable, tokens_to_text
+    from client.offline import recognize
+    from client.streaming import StreamingClient, StreamOptions
+
+    offline_dir, streaming_dir = _wenet_export_dirs(tmp_path)
+    repo = tmp_path / "repo"
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(root / "scripts" / "build_model_repo.py"), "--model-dir",
+                           str(FIXTURES / "onnx_tiny"), "--onnx-dir", str(offline_dir), "--onnx-dir",
+                           str(streaming_dir), "--out", str(repo), "--chunk-size", str(CHUNK),
+                           "--beam", str(BEAM)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    served = np.load(FIXTURES / "onnx_tiny" / "served.npz")
+    symbols = SymbolTable.load(FIXTURES / "onnx_tiny" / "units.txt")
+
+    def text(key: str) -> str:
+        return tokens_to_text(symbols.ids_to_tokens(tokens(served[key][0])))
+
+    samples = served["wav"].astype(np.float32) / 32768.0
+    async with running(repo, allow_http=False) as server:
+        url = f"127.0.0.1:{server.grpc_port}"
+        client = aioclient.InferenceServerClient(url)
+        try:
+            offline = await recognize(client, samples, timeout_s=60)
+        finally:
+            await client.close()
+        async with StreamingClient(url, StreamOptions(chunk_ms=640)) as streaming:
+            streamed = await streaming.transcribe(samples)
+    assert text("offline_rescoring_tokens")  # a transcript to compare, not two empty strings
+    assert offline.text == text("offline_rescoring_tokens")
+    assert streamed.text == text("stream_rescoring_tokens")
