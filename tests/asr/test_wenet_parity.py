@@ -104,6 +104,17 @@ def check_decoding(model, nbests, encoder_out, encoder_lens, expected: dict, pre
         assert total[b, best] == pytest.approx(float(expected[f"{prefix}_rescoring_best_score"][b]), abs=SCORE_ATOL)
 
 
+def test_cmvn_file_gives_the_statistics_wenet_put_in_the_checkpoint(case):
+    """JSON or Kaldi global_cmvn, read by our cmvn module, equals WeNet's GlobalCMVN buffers (WeNet computed
+    them from the same file)."""
+    from asr_server.asr.cmvn import load_cmvn
+
+    name, loaded, _ = case
+    mean, istd = load_cmvn(loaded.directory / "global_cmvn").mean_istd()
+    np.testing.assert_allclose(mean, loaded.model.encoder.global_cmvn.mean.numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(istd, loaded.model.encoder.global_cmvn.istd.numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_offline_ctc_log_probs_and_decoding_match_wenet(case, inputs):
     name, loaded, expected = case
     feats, lens = inputs
@@ -174,20 +185,20 @@ def test_unsupported_wenet_configurations_are_refused_clearly(tmp_path, edit, me
 # ------------------------------------------------------------------------------------- our ONNX exports
 @pytest.fixture(scope="module")
 def exported(case, tmp_path_factory):
-    """Our encoder / streaming encoder / decoder graphs of the fixture model (each export checks ORT against
-    torch on random inputs itself); the streaming graph only for models that can stream exactly."""
+    """Our encoder / streaming encoder / decoder graphs of the fixture model; the streaming graph only for
+    models that can stream exactly. The exporters' own ORT-vs-torch checks on random inputs are skipped
+    (tests/asr/test_export.py runs them): here the graphs are compared with WeNet's outputs."""
     pytest.importorskip("onnxruntime")
     from asr_server.asr.export import ExportOptions, export_decoder, export_encoder, export_streaming_encoder
 
     name, loaded, expected = case
     model, out = loaded.model, tmp_path_factory.mktemp(name)
     opts = ExportOptions(chunk_size=CHUNK, left_chunks=LEFT_CHUNKS, beam=BEAM)
-    reports = [export_encoder(model, out / "encoder.onnx", opts)]
+    export_encoder(model, out / "encoder.onnx", opts, check=False)
     if model.encoder.cnn_cache_frames > 0 or not model.encoder_cfg.use_cnn_module:
-        reports.append(export_streaming_encoder(model, out / "streaming_encoder.onnx", opts))
+        export_streaming_encoder(model, out / "streaming_encoder.onnx", opts, check=False)
     if "offline_rescoring_tokens" in expected:
-        reports.append(export_decoder(model, out / "decoder.onnx", opts))
-    assert all(r.ok for r in reports), [r.line() for r in reports]
+        export_decoder(model, out / "decoder.onnx", opts, check=False)
     return out
 
 
