@@ -5,12 +5,14 @@ engines/queen reads it; this is an independent reader of the data layout, no Scu
 queen.1c ("rebuilt" talkie version CEM10, MP3-compressed): 'QTBL', version, compression byte, then a table
 of (12-byte name, bundle, offset, size) entries, big-endian. Speech clips are the *.SB entries (MP3, 11 kHz).
 
-Two kinds of lines are paired here (4,547 of the 6,745 clips):
+Three kinds of lines are paired here (6,587 of the 6,745 clips):
 - dialogues (*.DOG): clip "<talkKey:2><id:4 hex>J|P<segment>" holds segment `segment` of the Joe (J) or
   other person (P) line `id`; a line's segments are separated by '*' + a two-character stage command;
 - Joe's remarks (QUEEN2.JAS lines): clip "JOE<num:04><segment>", responses 1-40 then object
-  descriptions 41-.
-Cutaway scenes (*.CUT, about 2,200 clips) are not paired yet.
+  descriptions 41-;
+- cutaway scenes (*.CUT): clip "<scene name padded with '_' to 5><object:02><segment>"; the scene's
+  sentences follow its entry string, one per scene object. Who speaks a cutaway line is in the scene's
+  object records (variable length, tied to run-time object state) and is not read: speaker 'cutaway'.
 """
 
 from __future__ import annotations
@@ -109,6 +111,17 @@ def dialogue_lines(dog: bytes) -> Iterator[tuple[str, str]]:
     yield f"{key}XXXXJ", _string(dog, off, 2)[0]
 
 
+def cutaway_lines(scene: str, cut: bytes) -> Iterator[tuple[str, str]]:
+    """(clip prefix, line) of a .CUT scene (AmBk header removed): its entry string, then one sentence per
+    scene object (object i's clips are '<scene padded to 5 with _><i:02>')."""
+    objects, off = abs(_i16(cut, 2)), _u16(cut, 8)
+    _entry, off = _string(cut, off, 2)
+    base = scene.ljust(5, "_")
+    for i in range(1, objects + 1):
+        text, off = _string(cut, off, 2)
+        yield f"{base}{i:02d}".upper(), text
+
+
 def clips(path: Path = QUEEN_1C) -> list[Clip]:
     """Every voiced line whose clip exists, with its text."""
     with open(path, "rb") as fh:
@@ -127,6 +140,9 @@ def clips(path: Path = QUEEN_1C) -> list[Clip]:
             for prefix, text in dialogue_lines(dog):
                 # TAM1.DOG, TAM2.DOG ... are one character (one actor): the speaker is the name less digits
                 add(prefix, text, "joe" if prefix.endswith("J") else f"{re.sub(r'[0-9]+$', '', name[:-4]).lower()}")
+        for name in sorted(n for n in table if n.endswith(".CUT")):
+            for prefix, text in cutaway_lines(name[:-4], read_entry(fh, table[name], AMBK_HEADER)):
+                add(prefix, text, "cutaway")
         jas = read_entry(fh, table["QUEEN.JAS"], AMBK_HEADER)
         n_rooms, n_names, _n_objects, n_desc = (_u16(jas, o) for o in (0, 2, 4, 6))
         lines = read_entry(fh, table["QUEEN2.JAS"]).decode("latin-1").splitlines()

@@ -255,8 +255,9 @@ FOTAQ_TEST_SPEAKERS = 8  # other-person voices of whole dialogues held out as re
 
 def fotaq_run(args) -> int:
     """Real speech: the voiced lines of Debian's flight-of-the-amazon-queen, resampled to 16 kHz flac, as
-    ROOT/fotaq/{fotaq_train,fotaq_test}. Joe (the hero, about 40% of the clips) trains; the people of
-    FOTAQ_TEST_SPEAKERS dialogues, drawn by the seed, are the test split. Resumable like `run`."""
+    ROOT/fotaq/{fotaq_train,fotaq_test,fotaq_cut}. Joe (the hero) trains; FOTAQ_TEST_SPEAKERS of the
+    dialogue characters, drawn by the seed, are the test split. Cutaway-scene lines, whose speakers are
+    not identified (they may include test characters), are fotaq_cut. Resumable like `run`."""
     from asr_data import fotaq
 
     if not fotaq.QUEEN_1C.exists():
@@ -267,11 +268,12 @@ def fotaq_run(args) -> int:
     root = args.root / "fotaq"
     manifest = Manifest(root / "manifest.jsonl")
     clips = fotaq.clips()
-    people = sorted({c.speaker for c in clips if c.speaker != "joe"})
+    people = sorted({c.speaker for c in clips if c.speaker not in ("joe", "cutaway")})
     held = set(random.Random(args.seed or 2026).sample(people, FOTAQ_TEST_SPEAKERS))
     skipped = made = 0
     for clip in clips:
-        split = "fotaq_test" if clip.speaker in held else "fotaq_train"
+        split = ("fotaq_cut" if clip.speaker == "cutaway" else
+                 "fotaq_test" if clip.speaker in held else "fotaq_train")
         utt = f"{split}_{clip.name.lower()}"
         pair = normalise(clip.text, allow_caps=True)
         if pair is None:

@@ -1,6 +1,6 @@
 """asr_data.fotaq: the game's voiced lines are paired with their clips, read from a small resource file built
-here in queen.1c's layout (a dialogue with an opening line, segmented lines, repeat-visit lines, and Joe's
-stock responses and object descriptions)."""
+here in queen.1c's layout (a dialogue with an opening line, segmented lines, repeat-visit lines, Joe's
+stock responses and object descriptions, and a cutaway scene)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,16 @@ def dog(talk_key: int, joe: list[tuple[int, str]], person: list[tuple[int, str]]
     return b"AmBk" + bytes(16) + bytes(body)
 
 
+def cut(sentences: list[str]) -> bytes:
+    body = bytearray(12)
+    body[2:4] = struct.pack(">h", len(sentences))
+    body[8:10] = struct.pack(">H", 12)  # the sentences start right after the header here
+    pstring(body, "*FL", 2)             # entry string (Joe's facing), not spoken
+    for text in sentences:
+        pstring(body, text, 2)
+    return b"AmBk" + bytes(16) + bytes(body)
+
+
 def resource_file(path, files: dict[str, bytes]) -> None:
     names = sorted(files)
     table_end = 4 + 6 + 2 + 1 + 2 + 21 * len(names)
@@ -51,10 +61,12 @@ def test_voiced_lines_are_paired_with_their_clips(tmp_path):
     files = {
         "TAM2.DOG": dog(2, joe=[(0, "Hello there."), (6, "I need a boat.*04*03Right now.")],
                         person=[(6, "No boats here.*02")], again=("Back again?", "Yes, me.")),
+        "C5A.CUT": cut(["*", "Look out!*02Too late."]),
         "QUEEN.JAS": b"AmBk" + bytes(16) + struct.pack(">HHHH", 1, 1, 0, 1),
         "QUEEN2.JAS": jas2.encode(),
     }
-    voiced = ["02SSSSJ1", "020006J1", "020006J3", "020006P1", "02XXXXP1", "02XXXXJ1", "JOE00011", "JOE00411"]
+    voiced = ["02SSSSJ1", "020006J1", "020006J3", "020006P1", "02XXXXP1", "02XXXXJ1", "JOE00011", "JOE00411",
+              "C5A__021", "C5A__022"]
     files.update({f"{n}.SB": b"\xff\xe3" for n in voiced})
     path = tmp_path / "queen.1c"
     resource_file(path, files)
@@ -69,6 +81,8 @@ def test_voiced_lines_are_paired_with_their_clips(tmp_path):
         "02XXXXJ1": ("Yes, me.", "joe"),
         "JOE00011": ("It doesn't seem to open", "joe"),
         "JOE00411": ("A rusty key", "joe"),         # object descriptions follow the 40 responses
+        "C5A__021": ("Look out!", "cutaway"),       # scene object 2 (object 1 says nothing: "*")
+        "C5A__022": ("Too late.", "cutaway"),
     }
 
 
