@@ -23,9 +23,13 @@ runs one utterance at a time.) Weights are rounded to fp16 before WeNet runs, so
 size) hold exactly the weights the outputs were computed with; the ``pe`` tables WeNet keeps in its
 state_dicts are cut to their first rows for the same reason (they are sin/cos of the position).
 
-``wenet_onnx/`` holds WeNet's own wenet/bin/export_onnx_gpu.py export of the ``onnx_tiny`` model (offline and
-streaming, fp32 and fp16, run as WeNet's script with torch.onnx.export's TorchScript exporter), and
-``onnx_tiny/served.npz`` WeNet's decode of a seeded waveform's fbank, for the served-pipeline test.
+``wenet_onnx/{offline,streaming}/`` hold WeNet's own wenet/bin/export_onnx_gpu.py export of the ``onnx_tiny``
+model (gzipped; see ``wenet_onnx_export`` for how the script is run). Its --fp16 graphs are kept only if
+ONNX Runtime loads them (FP16_FAILED.txt says why not). ``onnx_tiny/served.npz`` holds a seeded waveform and
+WeNet's decode of its fbank, for the served-pipeline test.
+
+The fp16 export needs onnxmltools and onnxconverter-common (``pip install --target DIR onnxmltools
+onnxconverter-common``, then ``--extra-path DIR``). Output is deterministic: rerunning rewrites the same bytes.
 """
 
 from __future__ import annotations

@@ -311,3 +311,26 @@ async def test_wenet_onnx_export_served_by_our_pipelines(tmp_path, running):
     assert text("offline_rescoring_tokens")  # a transcript to compare, not two empty strings
     assert offline.text == text("offline_rescoring_tokens")
     assert streamed.text == text("stream_rescoring_tokens")
+
+
+def test_a_loaded_wenet_model_saves_and_reloads_unchanged(tmp_path, inputs):
+    """save_model_dir writes train.yaml keys WeNet accepts for the loaded encoder (a transformer's
+    encoder_conf has none of the conformer's own keys), and the reloaded model computes the same."""
+    import yaml
+
+    from asr_server.asr.checkpoint import save_model_dir
+
+    feats, lens = inputs
+    for name in ("u2_transformer", "u2_conformer_conv2d8_abspos"):
+        loaded = load_model_dir(FIXTURES / name)
+        folder = save_model_dir(tmp_path / name, loaded.model, loaded.symbols, None)
+        conf = yaml.safe_load((folder / "train.yaml").read_text())
+        assert conf["encoder"] == loaded.config["encoder"]
+        assert set(conf["encoder_conf"]) >= set(loaded.config["encoder_conf"])
+        if name == "u2_transformer":
+            assert "cnn_module_kernel" not in conf["encoder_conf"]
+        again = load_model_dir(folder)
+        with torch.no_grad():
+            a = loaded.model.ctc_log_probs(loaded.model.encode(feats, lens)[0])
+            b = again.model.ctc_log_probs(again.model.encode(feats, lens)[0])
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
