@@ -40,10 +40,10 @@ HELDOUT_FAMILIES = {"pico": 1.0}
 
 @dataclass(frozen=True)
 class Voice:
-    family: str
-    name: str
-    tempo: float
-    pitch: float
+    family: str    # synthesiser family: a key of TRAIN_FAMILIES / HELDOUT_FAMILIES
+    name: str      # voice within it; Kokoro blends read 'af_heart*0.7+bm_george*0.3'
+    tempo: float   # speaking rate relative to the voice's default (> 1 faster)
+    pitch: float   # pitch relative to the voice's default (> 1 higher)
 
     @property
     def speaker(self) -> str:
