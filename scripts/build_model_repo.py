@@ -28,6 +28,7 @@ from pathlib import Path
 
 import onnx
 
+from asr_server.asr.nn.embedding import subsampling_geometry
 from asr_server.asr.onnx_layout import find_graphs
 from asr_server.asr.units import SymbolTable
 
@@ -276,6 +277,18 @@ ensemble_scheduling {{
                          f"subsampling {subsampling}, right_context {right_context}")
 
 
+def model_subsampling(model_dir: Path) -> tuple[int, int]:
+    """(subsampling rate, right context) of the model's encoder, from train.yaml's encoder_conf.input_layer
+    (WeNet's default conv2d: 4 and 6 when the folder has no train.yaml)."""
+    conf_path = model_dir / "train.yaml"
+    if not conf_path.exists():
+        return subsampling_geometry("conv2d")
+    import yaml
+
+    conf = yaml.safe_load(conf_path.read_text()) or {}
+    return subsampling_geometry((conf.get("encoder_conf") or {}).get("input_layer", "conv2d"))
+
+
 def exports_up_to_date(model_dir: Path, onnx_dir: Path) -> bool:
     checkpoint = model_dir / "final.pt"
     graphs = [onnx_dir / f"{name}.onnx" for name in ("encoder", "streaming_encoder", "decoder")]
@@ -294,8 +307,9 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=ROOT / "model_repo")
     p.add_argument("--beam", type=int, default=10)
     p.add_argument("--chunk-size", type=int, default=16, help="encoder frames per streaming chunk")
-    p.add_argument("--right-context", type=int, default=6, help="input frames the subsampling reads ahead")
-    p.add_argument("--subsampling", type=int, default=4)
+    p.add_argument("--right-context", type=int, default=None,
+                   help="input frames the subsampling reads ahead (default: from train.yaml's input_layer)")
+    p.add_argument("--subsampling", type=int, default=None, help="default: from train.yaml's input_layer")
     p.add_argument("--max-batch", type=int, default=64)
     p.add_argument("--search", choices=("prefix_beam", "greedy"), default="prefix_beam",
                    help="CTC search of the scoring and wenet models")
@@ -303,6 +317,9 @@ def main() -> int:
                    help="the CTC search result is final (no attention rescoring with the decoder)")
     args = p.parse_args()
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
+    rate, context = model_subsampling(args.model_dir)
+    args.subsampling = rate if args.subsampling is None else args.subsampling
+    args.right_context = context if args.right_context is None else args.right_context
     onnx_dirs = args.onnx_dir or [args.model_dir / "onnx"]
     if args.export and len(onnx_dirs) > 1:
         p.error("--export writes one folder: give at most one --onnx-dir with it")

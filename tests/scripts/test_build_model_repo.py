@@ -86,3 +86,13 @@ async def test_built_repository_serves_both_pipelines_where_built_moved_and_copi
     shutil.copytree(moved, copied)
     shutil.rmtree(moved)  # nothing may refer to the folder it was copied from
     assert await transcripts(running, copied) == (text, text)
+
+
+@pytest.mark.parametrize("fixture, geometry", [("u2pp_conformer_bpe", (4, 6)), ("u2pp_conformer_conv2d6_v2", (6, 10)),
+                                                ("u2_conformer_conv2d8_abspos", (8, 14))])
+def test_subsampling_and_right_context_come_from_train_yaml(fixture, geometry):
+    """conv2d6 / conv2d8 models need no --subsampling/--right-context flags: train.yaml's input_layer gives them."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import build_model_repo
+
+    assert build_model_repo.model_subsampling(ROOT / "tests" / "fixtures" / "wenet" / fixture) == geometry

@@ -87,7 +87,7 @@ class Conv2dSubsampling(nn.Module):
         for kernel, stride in self.layers:
             ctx += (kernel - 1) * rate
             rate *= stride
-        self.subsampling_rate, self.right_context = rate, ctx
+        self.subsampling_rate, self.right_context = rate, ctx  # subsampling_geometry() of the layer's name
 
     def output_mask(self, x_mask: torch.Tensor) -> torch.Tensor:
         """(B, 1, T) valid input frames -> (B, 1, T') valid output frames (WeNet's slicing)."""
@@ -128,3 +128,14 @@ class Conv2dSubsampling8(Conv2dSubsampling):
 
 
 SUBSAMPLING = {"conv2d": Conv2dSubsampling4, "conv2d6": Conv2dSubsampling6, "conv2d8": Conv2dSubsampling8}
+
+
+def subsampling_geometry(input_layer: str) -> tuple[int, int]:
+    """(subsampling rate, right context in input frames) of a train.yaml ``input_layer`` name."""
+    if input_layer not in SUBSAMPLING:
+        raise ValueError(f"unknown input_layer '{input_layer}' (one of {', '.join(SUBSAMPLING)})")
+    rate, ctx = 1, 0
+    for kernel, stride in SUBSAMPLING[input_layer].layers:
+        ctx += (kernel - 1) * rate
+        rate *= stride
+    return rate, ctx
