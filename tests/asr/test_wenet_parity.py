@@ -270,28 +270,15 @@ def _wenet_export_dirs(tmp_path: Path) -> list[Path]:
     return dirs
 
 
-async def test_wenet_onnx_export_served_by_our_pipelines(tmp_path, running):
-    """build_model_repo.py --onnx-dir OFFLINE --onnx-dir STREAMING on WeNet's own export folders: the built
-    repository serves both pipelines, and their transcripts are WeNet's attention-rescoring results for the
-    same audio (offline decode, and simulate_streaming with chunk 16 / 4 left chunks)."""
-    import subprocess
-    import sys
-
+async def _served_transcripts_match_wenet(running, repo: Path) -> None:
+    """The repository serves both pipelines, and their transcripts are WeNet's attention-rescoring results for
+    onnx_tiny's recorded audio (offline decode, and simulate_streaming with chunk 16 / 4 left chunks)."""
     import tritonclient.grpc.aio as aioclient
 
     from asr_server.asr.units import SymbolTable, tokens_to_text
     from client.offline import recognize
     from client.streaming import StreamingClient, StreamOptions
 
-    offline_dir, streaming_dir = _wenet_export_dirs(tmp_path)
-    repo = tmp_path / "repo"
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, str(root / "scripts" / "build_model_repo.py"), "--model-dir",
-                           str(FIXTURES / "onnx_tiny"), "--onnx-dir", str(offline_dir), "--onnx-dir",
-                           str(streaming_dir), "--out", str(repo), "--chunk-size", str(CHUNK),
-                           "--beam", str(BEAM)],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
     served = np.load(FIXTURES / "onnx_tiny" / "served.npz")
     symbols = SymbolTable.load(FIXTURES / "onnx_tiny" / "units.txt")
 
@@ -311,6 +298,37 @@ async def test_wenet_onnx_export_served_by_our_pipelines(tmp_path, running):
     assert text("offline_rescoring_tokens")  # a transcript to compare, not two empty strings
     assert offline.text == text("offline_rescoring_tokens")
     assert streamed.text == text("stream_rescoring_tokens")
+
+
+def _build_model_repo(*args: str) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(root / "scripts" / "build_model_repo.py"), *args,
+                           "--chunk-size", str(CHUNK), "--beam", str(BEAM)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+async def test_wenet_onnx_export_served_by_our_pipelines(tmp_path, running):
+    """build_model_repo.py --onnx-dir OFFLINE --onnx-dir STREAMING on WeNet's own export folders."""
+    offline_dir, streaming_dir = _wenet_export_dirs(tmp_path)
+    repo = tmp_path / "repo"
+    _build_model_repo("--model-dir", str(FIXTURES / "onnx_tiny"), "--onnx-dir", str(offline_dir),
+                      "--onnx-dir", str(streaming_dir), "--out", str(repo))
+    await _served_transcripts_match_wenet(running, repo)
+
+
+async def test_wenet_checkpoint_built_into_a_new_folder_serves_both_pipelines(tmp_path, running):
+    """The user's path: a checkpoint saved by WeNet (final.pt, train.yaml, units.txt, global_cmvn) ->
+    build_model_repo.py --export --out NEW_DIR -> both pipelines give WeNet's transcripts."""
+    import shutil
+
+    model_dir = tmp_path / "wenet_exp"
+    shutil.copytree(FIXTURES / "onnx_tiny", model_dir)
+    _build_model_repo("--model-dir", str(model_dir), "--export", "--out", str(tmp_path / "repo"))
+    await _served_transcripts_match_wenet(running, tmp_path / "repo")
 
 
 def test_a_loaded_wenet_model_saves_and_reloads_unchanged(tmp_path, inputs):
