@@ -127,7 +127,7 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
 name: "feature_extractor"
 backend: "python"
 max_batch_size: {max_batch}
-{params({**fbank, "min_frames": right_context + 1, "fbank_backend": "kaldi-native-fbank",
+{params({**fbank, "min_frames": right_context + 1, "fbank_backend": "numpy",
          "max_audio_seconds": MAX_AUDIO_SECONDS})}
 input [ {", ".join(wav_in)} ]
 output [ {", ".join(speech_out)} ]
@@ -228,7 +228,7 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 name: "streaming_feature_extractor"
 backend: "python"
 max_batch_size: {max_batch}
-{params({**fbank, "idle_seconds": SEQUENCE_IDLE_US / 1e6, "fbank_backend": "kaldi-native-fbank"})}
+{params({**fbank, "idle_seconds": SEQUENCE_IDLE_US / 1e6, "fbank_backend": "numpy"})}
 input [ {", ".join(wav_in)} ]
 output [ {", ".join(speech_out)} ]
 sequence_batching {{

@@ -7,6 +7,7 @@ reproduce that, so a WeNet checkpoint sees the features it was trained on.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -14,6 +15,7 @@ import kaldi_native_fbank as knf
 import numpy as np
 
 INT16_SCALE = 32768.0  # WeNet multiplies [-1, 1] samples by 1 << 15 before fbank
+_FLT_EPSILON = float(np.finfo(np.float32).eps)  # Kaldi's log floor
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,113 @@ def batch_fbank(waveforms: Sequence[np.ndarray], config: FbankConfig = FbankConf
     return out, lens
 
 
+def _log_mel_numpy(spectrum, index, weight, start, stop, out):
+    """out (F, bins) = log of the mel energies of the power spectrum of `spectrum` (F, fft/2+1) complex, the
+    banks given as runs index[start[b]:stop[b]] with their weights."""
+    power = spectrum.real ** 2 + spectrum.imag ** 2
+    energies = np.add.reduceat(power[:, index] * weight, start, axis=1)
+    out[:] = np.log(np.maximum(energies, _FLT_EPSILON))
+
+
+def _log_mel_loops(spectrum, index, weight, start, stop, out):
+    for f in range(spectrum.shape[0]):
+        for b in range(start.size):
+            acc = 0.0
+            for k in range(start[b], stop[b]):
+                v = spectrum[f, index[k]]
+                acc += (v.real * v.real + v.imag * v.imag) * weight[k]
+            out[f, b] = math.log(max(acc, _FLT_EPSILON))
+
+
+try:  # compiled, the mel product costs little next to the FFT; numpy's version is the fallback
+    from numba import njit
+
+    _log_mel = njit(cache=True, nogil=True)(_log_mel_loops)
+except ImportError:  # pragma: no cover - numba is a dependency
+    _log_mel = _log_mel_numpy
+
+
+class NumpyFbank:
+    """Kaldi's fbank (the algorithm of ``fbank``: DC removal, pre-emphasis 0.97, Povey window, 512-point power
+    spectrum, Kaldi's triangular mel banks, natural log) vectorised with numpy over every frame of every
+    waveform of a call: one FFT and one mel product for a whole batch of streams, about 8x cheaper than
+    kaldi-native-fbank's frame-by-frame loop. It agrees with kaldi-native-fbank to float32 rounding.
+
+    __call__: waveforms as ``fbank`` takes them -> one (num_frames, num_mel_bins) float32 array each.
+    """
+
+    PREEMPHASIS = 0.97  # Kaldi's preemph_coeff default
+
+    def __init__(self, config: FbankConfig = FbankConfig()):
+        if not config.snip_edges:
+            raise ValueError("NumpyFbank implements snip_edges=True framing only")
+        self.config = config
+        n = config.window_samples
+        self.fft_size = 1 << (n - 1).bit_length()  # Kaldi's round_to_power_of_two
+        self.window = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n) / (n - 1))) ** 0.85  # Povey
+        # The banks as a sparse product (each bin's triangle is a contiguous run of FFT bins): numpy's matmul
+        # would call a multi-threaded BLAS, whose thread wake-ups cost more than this product on a busy host.
+        banks = self._mel_banks()
+        runs = [np.flatnonzero(row) for row in banks]
+        self._mel_index = np.concatenate(runs)
+        self._mel_weight = np.concatenate([banks[b, r] for b, r in enumerate(runs)])
+        self._mel_stop = np.cumsum([r.size for r in runs])
+        self._mel_start = self._mel_stop - [r.size for r in runs]
+
+    def _mel_banks(self) -> np.ndarray:
+        """Kaldi's MelBanks: triangles equally spaced on the mel scale between 20 Hz and Nyquist, weights taken
+        at the FFT bins' frequencies (the Nyquist bin gets none)."""
+        def mel(f):
+            return 1127.0 * np.log(1.0 + f / 700.0)
+
+        c = self.config
+        bins = self.fft_size // 2
+        low, high = mel(20.0), mel(0.5 * c.sample_rate)
+        delta = (high - low) / (c.num_mel_bins + 1)
+        freqs = mel(np.arange(bins) * c.sample_rate / self.fft_size)
+        left = low + np.arange(c.num_mel_bins)[:, None] * delta
+        center, right = left + delta, left + 2 * delta
+        up = (freqs - left) / (center - left)
+        down = (right - freqs) / (right - center)
+        weights = np.where((freqs > left) & (freqs < right), np.where(freqs <= center, up, down), 0.0)
+        return np.concatenate([weights, np.zeros((c.num_mel_bins, 1))], axis=1)
+
+    def __call__(self, waveforms: Sequence[np.ndarray]) -> list[np.ndarray]:
+        c, p = self.config, self.PREEMPHASIS
+        n, shift = c.window_samples, c.shift_samples
+        counts = [c.num_frames(np.size(w)) for w in waveforms]
+        total = sum(counts)
+        if not total:
+            return [np.zeros((0, c.num_mel_bins), dtype=np.float32) for _ in waveforms]
+        # Per frame Kaldi removes the mean m, pre-emphasises (y_j = x'_j - p x'_{j-1}, y_0 = (1-p) x'_0) and
+        # windows. That equals the waveform's own pre-emphasis e_j = x_j - p x_{j-1} minus (1-p) m, with
+        # column 0 fixed up: one pass over the frames instead of four.
+        z = np.empty((total, n))
+        mean = np.empty(total)
+        first = np.empty(total)
+        row = 0
+        for w, count in zip(waveforms, counts):
+            if not count:
+                continue
+            x = c.input_samples(w).astype(np.float64)
+            e = np.empty_like(x)
+            e[0] = (1.0 - p) * x[0]
+            np.subtract(x[1:], p * x[:-1], out=e[1:])
+            starts = np.arange(count) * shift
+            sums = np.concatenate([[0.0], np.cumsum(x)])
+            mean[row:row + count] = (sums[starts + n] - sums[starts]) / n
+            first[row:row + count] = x[starts]
+            np.multiply(np.lib.stride_tricks.sliding_window_view(e, n)[::shift][:count], self.window,
+                        out=z[row:row + count])
+            row += count
+        z -= np.outer((1.0 - p) * mean, self.window)
+        z[:, 0] = (1.0 - p) * (first - mean) * self.window[0]
+        spectrum = np.fft.rfft(z, n=self.fft_size)
+        feats = np.empty((total, c.num_mel_bins), dtype=np.float32)
+        _log_mel(spectrum, self._mel_index, self._mel_weight, self._mel_start, self._mel_stop, feats)
+        return list(np.split(feats, np.cumsum(counts)[:-1]))
+
+
 class KaldifeatFbank:
     """Batched fbank with kaldifeat (torch; on a CUDA device for GPU feature extraction), same options as
     ``fbank``. kaldifeat is optional (it builds from source); import errors surface when this is built.
@@ -145,12 +254,15 @@ class KaldifeatFbank:
 
 
 def batch_fbank_computer(backend: str, config: FbankConfig, device: str = "cpu"):
-    """A function waveforms -> fbank arrays: "kaldi-native-fbank" (CPU, the default) or "kaldifeat"."""
+    """A function waveforms -> fbank arrays: "kaldi-native-fbank" (CPU, the default), "numpy" (the same
+    features, batched: what the serving configs use) or "kaldifeat"."""
     if backend == "kaldifeat":
         return KaldifeatFbank(config, device)
+    if backend == "numpy":
+        return NumpyFbank(config)
     if backend == "kaldi-native-fbank":
         return lambda waveforms: [fbank(w, config) for w in waveforms]
-    raise ValueError(f"unknown fbank backend '{backend}' (kaldi-native-fbank or kaldifeat)")
+    raise ValueError(f"unknown fbank backend '{backend}' (kaldi-native-fbank, numpy or kaldifeat)")
 
 
 class StreamingFbank:
