@@ -1,29 +1,27 @@
-"""Paced real-time streams per machine: this server vs sherpa-onnx, same weights, same audio, same run.
+"""Paced real-time streams per machine: this server vs sherpa-onnx's C++ websocket server, same weights.
 
-    python bench/vs_sherpa.py --model-dir DIR [--data tests/data/demo_utts] [--max-streams 128] [--threads 1]
+    python bench/vs_sherpa.py --model-dir models/demo_en [--data tests/data/demo_utts] [--seconds 8]
 
 1. exports DIR once with scripts/export_onnx.py --sherpa (our graphs + sherpa/model.onnx, sherpa/tokens.txt)
-   and builds a model repository from it with scripts/build_model_repo.py, in a temporary folder;
-2. sherpa-onnx: the sherpa-onnx wheel does not ship python-api-examples/streaming_server.py, so a server
-   written here drives `sherpa_onnx.OnlineRecognizer` (from_wenet_ctc, greedy search) the way that server
-   does: per connection, samples go into the connection's stream and while the stream is ready it is queued
-   for decoding; one decode coroutine takes every queued stream (up to --sherpa-batch), runs
-   `decode_streams` on them in a one-worker thread pool and wakes their connections, which answer with the
-   current result. It runs in a subprocess on 127.0.0.1; the client speaks length-prefixed frames over TCP
-   (cheaper than the websocket protocol of the real server, so this favours sherpa-onnx);
-3. ours: the server (asr_server) in a subprocess on the built repository, `streaming_wenet` driven by
-   client.streaming.StreamingClient with realtime pacing, as bench/asr.py does;
-4. for each system: S concurrent streams, each paced at real time in 640 ms chunks and started staggered over
-   one chunk, each playing utterances back to back for about --seconds of audio; S = 1, 2, 4, ... while the
-   p99 chunk latency (sending a chunk -> its updated partial result) stays under 300 ms, then bisection
-   between the last good and first bad S while the time bound allows; a failing S is tried a second time
-   (while time is left) and counts as failed only when both tries fail;
-5. WER of each on all utterances (unpaced, 640 ms chunks): sherpa-onnx decodes with CTC greedy search on
-   snip_edges=False fbank; ours with CTC prefix beam search + attention rescoring on snip_edges=True fbank,
-   so the two WERs differ for reasons other than serving.
-
-ONNX Runtime intra-op threads are --threads for both (sherpa-onnx `num_threads`; our `intra_op_thread_count`
-on the ONNX models of the built repository). The whole run is bounded by about --budget-s seconds.
+   and builds two model repositories from the same graphs with scripts/build_model_repo.py: "rescore" (CTC
+   prefix beam search + attention rescoring, the default) and "greedy" (--search greedy --no-rescoring, what
+   sherpa-onnx does);
+2. the peer is the real server: `sherpa-onnx-online-websocket-server` (PyPI `sherpa-onnx-bin`) with
+   `--wenet-ctc-model`, greedy search, endpointing off. It binds every interface, so this script re-runs
+   itself inside a private network namespace (`unshare -n`, loopback only) with both servers and the load
+   generator; where that is not possible sherpa-onnx is skipped with the reason;
+3. the same metric for every system: S concurrent streams, 640 ms chunks paced at real time, starts staggered
+   over one chunk, each stream playing the demo utterances back to back for about --seconds of audio; final
+   latency = last audio sent -> final text (sherpa-onnx: the text "Done" goes right after the last samples and
+   the final JSON result is the end; ours: the END request's response). A stream count is sustained when
+   the p99 final latency is under 300 ms with no error; S = 8, 16, 32, ... then bisection;
+4. also: our per-chunk latency, each server's CPU-seconds per audio-second (process CPU time from /proc) and
+   the bare ONNX Runtime floor of the same work (streaming encoder windows at batch 1 and batched, one
+   thread; plus decoder.onnx rescoring calls), measured in the same run;
+5. sherpa-onnx gets its best settings: each of --sherpa-configs (work threads, ORT threads, max batch size)
+   runs one probe at --probe-streams and the one with the lowest p99 final latency (then CPU) is searched;
+6. WER of each on all utterances (unpaced, 640 ms chunks); a plot of p99 final latency and CPU against
+   concurrent streams goes to --plot (docs/vs_sherpa.png).
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import struct
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,74 +43,39 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-from _server import serve_repository  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _server import serve_repository  # noqa: E402
 
 P99_BUDGET_MS = 300.0
 SAMPLE_RATE = 16000
-PYTHON_MODELS = ("feature_extractor", "scoring", "streaming_feature_extractor", "wenet")
 ONNX_MODELS = ("encoder", "streaming_encoder", "decoder")
-# What sherpa-onnx's wenet_ctc loader reads from the model's metadata_props.
-SHERPA_METADATA = ("head", "num_blocks", "output_size", "cnn_module_kernel", "right_context",
-                   "subsampling_factor", "vocab_size")
-TAIL_PADDING_S = 0.66  # zeros appended before input_finished(), as sherpa-onnx's examples do
-FRAME = struct.Struct("<IB")  # client -> sherpa server: payload bytes, last flag; then float32 samples
-REPLY = struct.Struct("<I")  # sherpa server -> client: payload bytes; then utf-8 text
+SHERPA_SERVER = "sherpa-onnx-online-websocket-server"
+IN_NETNS_ENV = "VS_SHERPA_IN_NETNS"
 
 
 # ----------------------------------------------------------------------------------------------- preparation
 
-def export_and_build(model_dir: Path, work: Path, threads: int, greedy: bool) -> tuple[Path, Path]:
-    onnx_dir, repo = work / "onnx", work / "repo"
+def export_and_build(model_dir: Path, work: Path, threads: int) -> tuple[Path, dict[str, Path]]:
+    onnx_dir = work / "onnx"
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "export_onnx.py"), "--model-dir", str(model_dir),
-                          "--out-dir", str(onnx_dir), "--sherpa"], capture_output=True, text=True, timeout=300)
+                          "--out-dir", str(onnx_dir), "--sherpa"], capture_output=True, text=True, timeout=600)
     if run.returncode != 0:
         raise SystemExit(f"export failed:\n{run.stdout}\n{run.stderr}")
-    for name in PYTHON_MODELS:
-        (repo / name / "1").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ROOT / "model_repo" / name / "1" / "model.py", repo / name / "1" / "model.py")
-    # --ours-greedy: decode as sherpa-onnx does, CTC greedy search without attention rescoring
-    decoding = ["--search", "greedy", "--no-rescoring"] if greedy else []
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_model_repo.py"), "--model-dir", str(model_dir),
-                          "--onnx-dir", str(onnx_dir), "--out", str(repo), *decoding],
-                         capture_output=True, text=True, timeout=300)
-    if run.returncode != 0:
-        raise SystemExit(f"build_model_repo failed:\n{run.stdout}\n{run.stderr}")
-    for name in ONNX_MODELS:  # same intra-op thread count as sherpa-onnx gets
-        config = repo / name / "config.pbtxt"
-        config.write_text(config.read_text() + 'parameters { key: "intra_op_thread_count" '
-                          f'value: {{ string_value: "{threads}" }} }}\n')
-    return onnx_dir / "sherpa", repo
-
-
-def sherpa_model(sherpa_dir: Path, model_dir: Path) -> tuple[Path, dict, list[str]]:
-    """The model sherpa-onnx loads, its metadata, and notes on what had to be fixed here."""
-    import onnx
-
-    path = sherpa_dir / "model.onnx"
-    model = onnx.load(str(path))
-    meta = {p.key: p.value for p in model.metadata_props}
-    notes = []
-    missing = [k for k in SHERPA_METADATA if k not in meta]
-    if missing:  # fill from train.yaml into a copy; the export should write these itself
-        import yaml
-
-        conf = yaml.safe_load((model_dir / "train.yaml").read_text())
-        enc = conf.get("encoder_conf", {})
-        derived = {"head": enc.get("attention_heads"), "num_blocks": enc.get("num_blocks"),
-                   "output_size": enc.get("output_size"), "cnn_module_kernel": enc.get("cnn_module_kernel"),
-                   "subsampling_factor": 4, "right_context": 6,
-                   "vocab_size": conf.get("output_dim", conf.get("vocab_size"))}
-        for key in missing:
-            if derived.get(key) is None:
-                raise SystemExit(f"sherpa model lacks metadata {key!r} and train.yaml does not give it")
-            entry = model.metadata_props.add()
-            entry.key, entry.value = key, str(derived[key])
-            meta[key] = str(derived[key])
-        path = sherpa_dir / "model.fixed.onnx"
-        onnx.save(model, str(path))
-        notes.append(f"export lacked metadata {missing}; filled from train.yaml into {path.name}")
-    return path, meta, notes
+    repos = {}
+    for mode, decoding in (("rescore", []), ("greedy", ["--search", "greedy", "--no-rescoring"])):
+        repo = work / f"repo_{mode}"
+        run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_model_repo.py"), "--model-dir",
+                              str(model_dir), "--onnx-dir", str(onnx_dir), "--out", str(repo), *decoding],
+                             capture_output=True, text=True, timeout=300)
+        if run.returncode != 0:
+            raise SystemExit(f"build_model_repo failed:\n{run.stdout}\n{run.stderr}")
+        for name in ONNX_MODELS:  # the same intra-op thread count as sherpa-onnx's --num-threads
+            config = repo / name / "config.pbtxt"
+            config.write_text(config.read_text() + 'parameters { key: "intra_op_thread_count" '
+                              f'value: {{ string_value: "{threads}" }} }}\n')
+        repos[mode] = repo
+    return onnx_dir, repos
 
 
 def load_data(folder: Path) -> list[tuple[str, np.ndarray, str]]:
@@ -143,196 +106,276 @@ def percentile_ms(values, q: float) -> float:
     return 1e3 * float(np.percentile(values, q)) if len(values) else float("nan")
 
 
-# ----------------------------------------------------------------------------------------- sherpa-onnx side
-
-def run_sherpa_server(model: str, tokens: str, meta: dict, threads: int, max_batch: int, port_queue) -> None:
-    import concurrent.futures
-
-    try:
-        import sherpa_onnx
-
-        recognizer = sherpa_onnx.OnlineRecognizer.from_wenet_ctc(
-            tokens=tokens, model=model, chunk_size=int(meta.get("chunk_size", 16)),
-            num_left_chunks=int(meta.get("left_chunks", 4)), num_threads=threads, sample_rate=SAMPLE_RATE,
-            feature_dim=80, decoding_method="greedy_search", provider="cpu")
-    except Exception as error:  # noqa: BLE001 - reported to the parent verbatim
-        port_queue.put(f"error: {type(error).__name__}: {error}")
-        return
-    tail = np.zeros(int(TAIL_PADDING_S * SAMPLE_RATE), np.float32)
-
-    async def main():
-        loop = asyncio.get_running_loop()
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        queue: asyncio.Queue = asyncio.Queue()
-
-        async def decoder():
-            while True:
-                batch = [await queue.get()]
-                while len(batch) < max_batch and not queue.empty():
-                    batch.append(queue.get_nowait())
-                await loop.run_in_executor(pool, recognizer.decode_streams, [s for s, _ in batch])
-                for _, done in batch:
-                    done.set_result(None)
-
-        async def decode(stream):
-            done = loop.create_future()
-            queue.put_nowait((stream, done))
-            await done
-
-        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-            stream = recognizer.create_stream()
-            try:
-                while True:
-                    size, last = FRAME.unpack(await reader.readexactly(FRAME.size))
-                    samples = np.frombuffer(await reader.readexactly(size), dtype=np.float32)
-                    stream.accept_waveform(SAMPLE_RATE, samples)
-                    if last:
-                        stream.accept_waveform(SAMPLE_RATE, tail)
-                        stream.input_finished()
-                    while recognizer.is_ready(stream):
-                        await decode(stream)
-                    text = recognizer.get_result(stream).encode()
-                    writer.write(REPLY.pack(len(text)) + text)
-                    await writer.drain()
-                    if last:
-                        break
-            except (asyncio.IncompleteReadError, ConnectionError):
-                pass
-            finally:
-                writer.close()
-
-        task = asyncio.create_task(decoder())
-        server = await asyncio.start_server(connection, "127.0.0.1", 0, backlog=1024)
-        port_queue.put(server.sockets[0].getsockname()[1])
-        async with server:
-            await server.serve_forever()
-        task.cancel()
-
-    asyncio.run(main())
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
-class SherpaClient:
-    """One utterance per TCP connection; chunks paced like StreamingClient's (a chunk leaves once its audio
-    has "happened"), each answered by the stream's result after decoding what the chunk made ready."""
+# ------------------------------------------------------------------------------------------------ the floor
+
+def neural_floor(onnx_dir: Path, items, threads: int, beam: int = 10) -> dict:
+    """CPU-seconds per audio-second of bare ONNX Runtime doing the streaming work: encoder windows (640 ms of
+    audio each) at batch 1 and 32 with zero caches, and decoder.onnx rescoring one n-best list per utterance
+    (batch 8, the demo utterances' lengths, 12-token hypotheses)."""
+    import onnxruntime as ort
+
+    def session(name):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        return ort.InferenceSession(str(onnx_dir / name), options, providers=["CPUExecutionProvider"])
+
+    def timed(fn, repeat):
+        fn()
+        start = cpu_seconds()
+        for _ in range(repeat):
+            fn()
+        return (cpu_seconds() - start) / repeat
+
+    rng = np.random.default_rng(0)
+    enc = session("streaming_encoder.onnx")
+    shapes = {i.name: [d if isinstance(d, int) else 1 for d in i.shape] for i in enc.get_inputs()}
+    types = {i.name: i.type for i in enc.get_inputs()}
+    window_s = 0.64
+    out = {}
+    for batch in (1, 32):
+        feeds = {}
+        for name, shape in shapes.items():
+            shape = [batch] + shape[1:]
+            if "int64" in types[name]:
+                feeds[name] = np.zeros(shape, np.int64)
+            elif "int32" in types[name]:
+                feeds[name] = np.full(shape, shapes["chunk_xs"][1], np.int32)
+            else:
+                feeds[name] = (rng.normal(size=shape) if name == "chunk_xs" else np.zeros(shape)).astype(np.float32)
+        per_call = timed(lambda: enc.run(None, feeds), max(4, 128 // batch))
+        out[f"encoder_b{batch}"] = per_call / (batch * window_s)
+    dec = session("decoder.onnx")
+    names = [i.name for i in dec.get_inputs()]
+    audio = np.array([s.size / SAMPLE_RATE for _, s, _ in items])
+    frames = int(np.ceil(audio.max() / 0.04))
+    batch, hyp = 8, 12
+    feeds = {"encoder_out": rng.normal(size=(batch, frames, dec.get_inputs()[0].shape[-1])).astype(np.float32),
+             "encoder_out_lens": np.full((batch,), int(audio.mean() / 0.04), np.int32),
+             "hyps_pad_sos_eos": rng.integers(2, 50, size=(batch, beam, hyp + 2)).astype(np.int64),
+             "hyps_lens_sos": np.full((batch, beam), hyp + 1, np.int32),
+             "r_hyps_pad_sos_eos": rng.integers(2, 50, size=(batch, beam, hyp + 2)).astype(np.int64),
+             "ctc_score": rng.normal(size=(batch, beam)).astype(np.float32)}
+    feeds = {k: v for k, v in feeds.items() if k in names}
+    out["decoder"] = timed(lambda: dec.run(None, feeds), 8) / (batch * audio.mean())
+    return out
+
+
+# ----------------------------------------------------------------------------------------- load generators
+
+async def _paced_streams(transcribe, items, count: int, chunk_ms: float, seconds: float) -> dict:
+    """count streams, staggered over one chunk, each playing utterances back to back for >= seconds of audio.
+    transcribe(samples) -> (text, final latency s, [chunk latencies s])."""
+    async def one(i):
+        await asyncio.sleep(i / count * chunk_ms / 1000)
+        finals, chunks, audio, k = [], [], 0.0, i
+        while audio < seconds:
+            samples = items[k % len(items)][1]
+            _, final, lat = await transcribe(samples)
+            finals.append(final)
+            chunks += lat
+            audio += samples.size / SAMPLE_RATE
+            k += 1
+        return finals, chunks, audio
+
+    results = await asyncio.gather(*(one(i) for i in range(count)), return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    ok = [r for r in results if not isinstance(r, BaseException)]
+    finals = [x for f, _, _ in ok for x in f]
+    chunks = [x for _, c, _ in ok for x in c]
+    return {"streams": count, "audio_s": sum(a for _, _, a in ok), "errors": len(errors),
+            "first_error": repr(errors[0])[:200] if errors else "",
+            "final_p50_ms": percentile_ms(finals, 50), "final_p99_ms": percentile_ms(finals, 99),
+            "chunk_p50_ms": percentile_ms(chunks, 50), "chunk_p99_ms": percentile_ms(chunks, 99)}
+
+
+class OurTranscriber:
+    def __init__(self, client):
+        self.client = client
+
+    async def __call__(self, samples):
+        r = await self.client.transcribe(samples)
+        lat = list(r.chunk_latencies_s)
+        return r.text, lat[-1], lat
+
+
+async def ours_paced(url: str, items, count: int, chunk_ms: float, seconds: float) -> dict:
+    from client.streaming import StreamingClient, StreamOptions
+
+    async with StreamingClient(url, StreamOptions(chunk_ms=chunk_ms, realtime=True)) as client:
+        return await _paced_streams(OurTranscriber(client), items, count, chunk_ms, seconds)
+
+
+class SherpaTranscriber:
+    """One utterance per websocket connection, as sherpa-onnx's own client does: binary float32 samples paced
+    at real time, the text "Done" right after the last ones, JSON results back, "Done!" last."""
 
     def __init__(self, port: int, chunk: int, realtime: bool):
-        self.port, self.chunk, self.realtime = port, chunk, realtime
+        self.url, self.chunk, self.realtime = f"ws://127.0.0.1:{port}", chunk, realtime
 
-    async def transcribe(self, samples: np.ndarray) -> tuple[str, list[float], float, float]:
+    async def __call__(self, samples):
+        import aiohttp  # already a dependency of the project (no websockets package needed)
+
         loop = asyncio.get_running_loop()
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        starts = list(range(0, len(samples), self.chunk)) or [0]
-        sent: asyncio.Queue = asyncio.Queue()
-        latencies, text = [], ""
+        async with aiohttp.ClientSession() as session, session.ws_connect(
+                self.url, max_msg_size=0, autoping=False, timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
+            text, final_at = "", None
 
-        async def receive():
-            nonlocal text
-            for _ in starts:
-                (size,) = REPLY.unpack(await reader.readexactly(REPLY.size))
-                text = (await reader.readexactly(size)).decode()
-                latencies.append(loop.time() - await sent.get())
+            async def receive():
+                nonlocal text, final_at
+                async for message in ws:
+                    if message.type != aiohttp.WSMsgType.TEXT:
+                        break
+                    if message.data == "Done!":  # sent right after the last result: the final text is known
+                        final_at = loop.time()
+                        break
+                    text = json.loads(message.data).get("text", text)
 
-        receiver = asyncio.create_task(receive())
-        started = loop.time()
-        try:
-            for index, begin in enumerate(starts):
+            receiver = asyncio.create_task(receive())
+            started = loop.time()
+            for begin in range(0, len(samples), self.chunk):
                 piece = np.ascontiguousarray(samples[begin:begin + self.chunk], dtype=np.float32)
                 if self.realtime:
                     delay = started + (begin + len(piece)) / SAMPLE_RATE - loop.time()
                     if delay > 0:
                         await asyncio.sleep(delay)
-                last = index == len(starts) - 1
-                sent.put_nowait(loop.time())
-                writer.write(FRAME.pack(piece.nbytes, last) + piece.tobytes())
-                await writer.drain()
+                await ws.send_bytes(piece.tobytes())
+            last_sent = loop.time()
+            await ws.send_str("Done")
             await receiver
-        finally:
-            receiver.cancel()
-            writer.close()
-        return text, latencies, len(samples) / SAMPLE_RATE, loop.time() - started
+        if final_at is None:
+            raise RuntimeError("sherpa-onnx closed the stream without its 'Done!'")
+        return text, final_at - last_sent, []
 
 
-# ------------------------------------------------------------------------------------------------ our side
-
-class OurClient:
-    def __init__(self, client):
-        self.client = client
-
-    async def transcribe(self, samples: np.ndarray) -> tuple[str, list[float], float, float]:
-        r = await self.client.transcribe(samples)
-        return r.text, list(r.chunk_latencies_s), r.audio_s, r.elapsed_s
+async def sherpa_paced(port: int, items, count: int, chunk_ms: float, seconds: float) -> dict:
+    chunk = int(round(chunk_ms * SAMPLE_RATE / 1000))
+    return await _paced_streams(SherpaTranscriber(port, chunk, True), items, count, chunk_ms, seconds)
 
 
-# ------------------------------------------------------------------------------------------------ the runs
-
-async def paced(make_client, items, count: int, chunk_ms: float, seconds: float) -> dict:
-    """count streams, staggered over one chunk, each playing utterances back to back for >= seconds of audio."""
-    async with make_client(realtime=True) as client:
-        async def one(i):
-            await asyncio.sleep(i / count * chunk_ms / 1000)
-            latencies, lag, audio, k = [], 0.0, 0.0, i
-            while audio < seconds:
-                _, samples, _ = items[k % len(items)]
-                _, lat, audio_s, elapsed = await client.transcribe(samples)
-                latencies += lat
-                lag = max(lag, elapsed - audio_s)
-                audio += audio_s
-                k += 1
-            return latencies, lag
-
-        results = await asyncio.gather(*(one(i) for i in range(count)), return_exceptions=True)
-    errors = [r for r in results if isinstance(r, BaseException)]
-    ok = [r for r in results if not isinstance(r, BaseException)]
-    latencies = [x for lat, _ in ok for x in lat]
-    return {"streams": count, "p50_ms": percentile_ms(latencies, 50), "p99_ms": percentile_ms(latencies, 99),
-            "lag_ms": 1e3 * max((g for _, g in ok), default=float("nan")), "errors": len(errors),
-            "first_error": repr(errors[0])[:200] if errors else ""}
-
-
-async def accuracy(make_client, items, concurrency: int = 4) -> float | None:
+async def accuracy(transcribe, items, concurrency: int = 4) -> float | None:
     from client.report import error_rates
 
     semaphore = asyncio.Semaphore(concurrency)
-    async with make_client(realtime=False) as client:
-        async def one(samples):
-            async with semaphore:
-                return (await client.transcribe(samples))[0]
 
-        hyps = await asyncio.gather(*(one(s) for _, s, _ in items))
+    async def one(samples):
+        async with semaphore:
+            return (await transcribe(samples))[0]
+
+    hyps = await asyncio.gather(*(one(s) for _, s, _ in items))
     rates = error_rates([(ref, hyp) for (_, _, ref), hyp in zip(items, hyps)])
     return rates.wer if rates else None
 
 
-def search(name: str, make_client, items, args, deadline: float, rows: dict, server_pid: int) -> tuple[int, str]:
-    """Largest S under the p99 budget: doubling, then bisection while time is left. Fills rows[S][name]."""
-    def trial(count: int) -> bool:
-        # One stall of the shared machine (another process's checkpoint write) can fail a short trial, so a
-        # failure is confirmed by a second try while time is left; the row keeps the second one.
-        return once(count) or (time_left() and once(count))
+async def ours_accuracy(url: str, items, chunk_ms: float) -> float | None:
+    from client.streaming import StreamingClient, StreamOptions
 
-    def once(count: int) -> bool:
-        wall, server_cpu, client_cpu = time.monotonic(), cpu_seconds(server_pid), cpu_seconds()
-        r = asyncio.run(paced(make_client, items, count, args.chunk_ms, args.seconds))
-        wall = time.monotonic() - wall
-        r["server_cpu"] = 100 * (cpu_seconds(server_pid) - server_cpu) / wall  # % of one core
-        r["client_cpu"] = 100 * (cpu_seconds() - client_cpu) / wall
-        rows.setdefault(count, {})[name] = r
-        good = r["errors"] == 0 and r["p99_ms"] <= P99_BUDGET_MS
-        note = f" errors {r['errors']}: {r['first_error']}" if r["errors"] else ""
-        print(f"  {name:>11} S={count:<4} p50 {r['p50_ms']:7.0f} ms  p99 {r['p99_ms']:7.0f} ms  "
-              f"final lag {r['lag_ms']:7.0f} ms  CPU server {r['server_cpu']:4.0f}% client {r['client_cpu']:4.0f}%  "
-              f"{'ok' if good else 'over'}{note}", flush=True)
-        return good
+    async with StreamingClient(url, StreamOptions(chunk_ms=chunk_ms, realtime=False)) as client:
+        return await accuracy(OurTranscriber(client), items)
 
-    # A trial takes about seconds + a chunk + lag; keep the last one inside this system's share of the budget.
-    def time_left() -> bool:
-        return time.monotonic() + args.seconds + 3 < deadline
 
-    best, bad, count = 0, None, 1
+# ------------------------------------------------------------------------------------------------ servers
+
+class OurServer:
+    def __init__(self, repo: Path):
+        ctx = mp.get_context("spawn")
+        ports = ctx.Queue()
+        self.proc = ctx.Process(target=serve_repository, args=(str(repo), ports), daemon=True)
+        self.proc.start()
+        self.pid = self.proc.pid
+        self.url = f"127.0.0.1:{ports.get(timeout=180)}"
+
+    def stop(self):
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(10)
+            if self.proc.is_alive():
+                self.proc.kill()
+
+
+class SherpaServer:
+    def __init__(self, exe: str, sherpa_dir: Path, meta: dict, work_threads: int, threads: int, batch: int,
+                 log_dir: Path):
+        self.port = free_port()
+        self.settings = f"--num-work-threads={work_threads} --num-threads={threads} --max-batch-size={batch}"
+        self.log = log_dir / f"sherpa_{work_threads}_{threads}_{batch}.log"
+        self.proc = subprocess.Popen(
+            [exe, f"--port={self.port}", f"--tokens={sherpa_dir / 'tokens.txt'}",
+             f"--wenet-ctc-model={sherpa_dir / 'model.onnx'}", f"--wenet-ctc-chunk-size={meta['chunk_size']}",
+             f"--wenet-ctc-num-left-chunks={meta['left_chunks']}", "--decoding-method=greedy_search",
+             "--enable-endpoint=false", f"--num-work-threads={work_threads}", f"--num-threads={threads}",
+             f"--max-batch-size={batch}", "--num-io-threads=1", f"--log-file={self.log}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # it listens once the model is loaded
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{SHERPA_SERVER} exited with {self.proc.returncode}; see {self.log}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{SHERPA_SERVER} did not listen within 120 s")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def sherpa_meta(sherpa_dir: Path) -> dict:
+    import onnx
+
+    meta = {p.key: p.value for p in onnx.load(str(sherpa_dir / "model.onnx")).metadata_props}
+    meta.setdefault("chunk_size", "16")
+    meta.setdefault("left_chunks", "4")
+    return meta
+
+
+# ------------------------------------------------------------------------------------------------ the runs
+
+def trial(name: str, run, pid: int, count: int, rows: dict) -> bool:
+    cpu, wall = cpu_seconds(pid), time.monotonic()
+    r = asyncio.run(run(count))
+    wall = time.monotonic() - wall
+    cpu = cpu_seconds(pid) - cpu
+    r["cpu_per_audio_s"] = cpu / r["audio_s"] if r["audio_s"] else float("nan")
+    r["cpu_pct"] = 100 * cpu / wall
+    rows.setdefault(name, {})[count] = r
+    good = r["errors"] == 0 and r["final_p99_ms"] <= P99_BUDGET_MS
+    chunk = f" chunk p50 {r['chunk_p50_ms']:4.0f} p99 {r['chunk_p99_ms']:5.0f} ms" if r["chunk_p99_ms"] == r[
+        "chunk_p99_ms"] else ""
+    note = f" errors {r['errors']}: {r['first_error']}" if r["errors"] else ""
+    print(f"  {name:>15} S={count:<4} final p50 {r['final_p50_ms']:5.0f} p99 {r['final_p99_ms']:6.0f} ms{chunk}  "
+          f"CPU {r['cpu_pct']:4.0f}% = {r['cpu_per_audio_s']:.4f} s/audio-s  {'ok' if good else 'over'}{note}",
+          flush=True)
+    return good
+
+
+def search(name: str, run, pid: int, rows: dict, args, deadline: float) -> tuple[int, str]:
+    """Largest S under the p99 budget: doubling from --min-streams, then bisection to within 1/8. A failed S
+    is tried once more (one stall of the shared machine can fail a trial) and fails only if both fail."""
+    def ok(count):
+        return trial(name, run, pid, count, rows) or (time.monotonic() < deadline
+                                                      and trial(name, run, pid, count, rows))
+
+    best, bad, count = 0, None, args.min_streams
     while count <= args.max_streams:
-        if not time_left():
+        if time.monotonic() > deadline:
             return best, "time bound reached while doubling"
-        if trial(count):
+        if ok(count):
             best, count = count, count * 2
         else:
             bad = count
@@ -340,162 +383,185 @@ def search(name: str, make_client, items, args, deadline: float, rows: dict, ser
     if bad is None:
         return best, f"the most tried (--max-streams {args.max_streams})"
     while bad - best > max(1, best // 8):
-        if not time_left():
+        if time.monotonic() > deadline:
             return best, f"time bound reached; {bad} failed"
         mid = (best + bad) // 2
-        if trial(mid):
+        if ok(mid):
             best = mid
         else:
             bad = mid
     return best, f"{bad} failed"
 
 
-def start(ctx, target, *target_args, timeout: float = 180):
-    ports = ctx.Queue()
-    proc = ctx.Process(target=target, args=(*target_args, ports), daemon=True)
-    proc.start()
-    got = ports.get(timeout=timeout)
-    if isinstance(got, str):
-        proc.join(5)
-        raise RuntimeError(got)
-    return proc, got
+def plot(rows: dict, best: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (lat, cpu) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, by_count in rows.items():
+        counts = sorted(by_count)
+        lat.plot(counts, [by_count[c]["final_p99_ms"] for c in counts], "o-", label=f"{name} (max {best[name]})")
+        cpu.plot(counts, [by_count[c]["cpu_per_audio_s"] for c in counts], "o-", label=name)
+    lat.axhline(P99_BUDGET_MS, color="grey", ls="--", lw=1)
+    lat.set(xscale="log", yscale="log", xlabel="concurrent paced streams", ylabel="p99 final latency (ms)",
+            title="final latency (last audio sent -> final text)")
+    cpu.set(xscale="log", xlabel="concurrent paced streams", ylabel="server CPU-s per audio-s",
+            title="server CPU per second of audio")
+    for ax in (lat, cpu):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
 
 
-def stop(proc) -> None:
-    if proc is not None and proc.is_alive():
-        proc.terminate()
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
+def in_private_netns(argv: list[str]) -> str | None:
+    """Re-run this script inside `unshare -n` with loopback up; returns why not, or never returns."""
+    if os.environ.get(IN_NETNS_ENV):
+        return None
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return "unshare/ip not installed"
+    probe = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"unshare -n failed: {probe.stderr.strip()[:200]}"
+    env = dict(os.environ, **{IN_NETNS_ENV: "1"})
+    os.execvpe("unshare", ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
+                           sys.executable, *argv], env)
+    return "exec failed"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", type=Path, required=True, help="WeNet-style model folder")
     parser.add_argument("--data", type=Path, default=ROOT / "tests" / "data" / "demo_utts")
-    parser.add_argument("--max-streams", type=int, default=128)
+    parser.add_argument("--min-streams", type=int, default=8)
+    parser.add_argument("--max-streams", type=int, default=1024)
     parser.add_argument("--chunk-ms", type=float, default=640.0)
-    parser.add_argument("--seconds", type=float, default=6.0, help="audio per stream per trial")
-    parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads, both systems")
-    parser.add_argument("--sherpa-batch", type=int, default=32, help="most streams per decode_streams call")
-    parser.add_argument("--budget-s", type=float, default=300.0, help="bound on the whole run")
-    parser.add_argument("--work-dir", type=Path, default=None, help="keep the export and repository here")
-    parser.add_argument("--ours-greedy", action="store_true",
-                        help="our server decodes as sherpa-onnx does (CTC greedy, no attention rescoring) "
-                             "instead of prefix beam search + rescoring")
+    parser.add_argument("--seconds", type=float, default=8.0, help="audio per stream per trial")
+    parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads, both servers")
+    parser.add_argument("--sherpa-configs", default="2:1:32,1:1:32,2:1:8,2:2:32",
+                        help="sherpa-onnx settings to probe: work-threads:num-threads:max-batch-size, ...")
+    parser.add_argument("--probe-streams", type=int, default=128)
+    parser.add_argument("--modes", default="sherpa,rescore,greedy")
+    parser.add_argument("--budget-s", type=float, default=900.0, help="bound on the searches")
+    parser.add_argument("--work-dir", type=Path, default=None, help="keep the export and repositories here")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "vs_sherpa.png")
+    parser.add_argument("--json", type=Path, default=None, help="write every row here")
     args = parser.parse_args()
+    modes = args.modes.split(",")
+    why_not = in_private_netns(sys.argv) if "sherpa" in modes else None
     t0 = time.monotonic()
-    import sherpa_onnx
-
+    exe = shutil.which(SHERPA_SERVER) or str(Path(sys.executable).parent / SHERPA_SERVER)
+    if why_not is None and "sherpa" in modes and not Path(exe).exists():
+        why_not = f"{SHERPA_SERVER} not found (pip install sherpa-onnx-bin)"
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="vs_sherpa_"))
     work.mkdir(parents=True, exist_ok=True)
+    rows, best = {}, {}
+    summary = {"skipped": {}}
     try:
-        sherpa_dir, repo = export_and_build(args.model_dir.resolve(), work, args.threads, args.ours_greedy)
-        sherpa_path, meta, notes = sherpa_model(sherpa_dir, args.model_dir)
+        onnx_dir, repos = export_and_build(args.model_dir.resolve(), work, args.threads)
         items = load_data(args.data)
         audio_s = sum(s.size for _, s, _ in items) / SAMPLE_RATE
-        print(f"sherpa-onnx {sherpa_onnx.__version__}; model {args.model_dir} "
-              f"(blocks {meta.get('num_blocks')}, d {meta.get('output_size')}, vocab {meta.get('vocab_size')}); "
-              f"{len(items)} utterances, {audio_s:.1f} s; {os.cpu_count()} cores, shared with whatever else runs "
-              f"(figures are contended: compare the two columns, not absolute numbers); "
+        floor = neural_floor(onnx_dir, items, args.threads)
+        summary["floor"] = floor
+        version = subprocess.run([sys.executable, "-m", "pip", "show", "sherpa-onnx-bin"], capture_output=True,
+                                 text=True).stdout
+        version = next((line.split()[-1] for line in version.splitlines() if line.startswith("Version")), "?")
+        print(f"sherpa-onnx-bin {version}; model {args.model_dir}; {len(items)} utterances, {audio_s:.1f} s; "
+              f"{os.cpu_count()} cores; network namespace: {'private' if os.environ.get(IN_NETNS_ENV) else 'host'}; "
               f"prepared in {time.monotonic() - t0:.0f} s", flush=True)
-        for note in notes:
-            print(f"note: {note}")
+        print(f"neural floor (bare ORT, {args.threads} thread, CPU-s per audio-s): streaming encoder batch 1 "
+              f"{floor['encoder_b1']:.4f}, batch 32 {floor['encoder_b32']:.4f}; decoder rescoring "
+              f"{floor['decoder']:.4f}", flush=True)
+        search_modes = [m for m in modes if not (m == "sherpa" and why_not)]
+        if why_not and "sherpa" in modes:
+            print(f"sherpa-onnx skipped: {why_not}")
+            summary["skipped"]["sherpa"] = why_not
+        share = lambda: max(60.0, (t0 + args.budget_s - time.monotonic()) / max(1, len(search_modes)))  # noqa: E731
         chunk = int(round(args.chunk_ms * SAMPLE_RATE / 1000))
-        ctx = mp.get_context("spawn")
-        rows, summary = {}, {}
-        # Time left after preparation is split evenly between the two searches (WER passes included).
-        share = max(30.0, (t0 + args.budget_s - time.monotonic()) / 2)
-
-        # --- sherpa-onnx
-        proc = None
-        try:
-            proc, port = start(ctx, run_sherpa_server, str(sherpa_path), str(sherpa_dir / "tokens.txt"), meta,
-                               args.threads, args.sherpa_batch)
-
-            class _Sherpa:
-                def __init__(self, realtime):
-                    self.client = SherpaClient(port, chunk, realtime)
-
-                async def __aenter__(self):
-                    return self.client
-
-                async def __aexit__(self, *exc):
-                    return None
-
-            deadline = time.monotonic() + share
-            wer = asyncio.run(accuracy(_Sherpa, items))
-            print(f"sherpa-onnx server up (port {port}); WER {100 * (wer or 0):.1f}%; searching", flush=True)
-            best, why = search("sherpa-onnx", _Sherpa, items, args, deadline, rows, proc.pid)
-            summary["sherpa-onnx"] = (best, why, wer)
-        except RuntimeError as error:
-            print(f"sherpa-onnx refused the model: {error}")
-            summary["sherpa-onnx"] = (0, f"refused: {error}", None)
-        finally:
-            stop(proc)
-
-        # --- ours
-        proc = None
-        try:
-            from client.streaming import StreamingClient, StreamOptions
-
-            proc, port = start(ctx, serve_repository, str(repo))
-            url = f"127.0.0.1:{port}"
-
-            class _Ours:
-                def __init__(self, realtime):
-                    self.streaming = StreamingClient(url, StreamOptions(chunk_ms=args.chunk_ms, realtime=realtime))
-
-                async def __aenter__(self):
-                    return OurClient(self.streaming)
-
-                async def __aexit__(self, *exc):
-                    await self.streaming.close()
-
-            deadline = time.monotonic() + share
-            wer = asyncio.run(accuracy(_Ours, items))
-            print(f"asr_server up (port {port}); WER {100 * (wer or 0):.1f}%; searching", flush=True)
-            best, why = search("asr_server", _Ours, items, args, deadline, rows, proc.pid)
-            summary["asr_server"] = (best, why, wer)
-        finally:
-            stop(proc)
+        for mode in search_modes:
+            deadline = time.monotonic() + share()
+            if mode == "sherpa":
+                sherpa_dir = onnx_dir / "sherpa"
+                meta = sherpa_meta(sherpa_dir)
+                configs = [tuple(int(x) for x in c.split(":")) for c in args.sherpa_configs.split(",")]
+                probes = []
+                for config in configs:
+                    server = SherpaServer(exe, sherpa_dir, meta, *config, log_dir=work)
+                    try:
+                        probe_rows: dict = {}
+                        trial(f"probe {':'.join(map(str, config))}",
+                              lambda n, p=server.port: sherpa_paced(p, items, n, args.chunk_ms, args.seconds),
+                              server.pid, args.probe_streams, probe_rows)
+                        r = next(iter(next(iter(probe_rows.values())).values()))
+                        probes.append((r["errors"] > 0, r["final_p99_ms"], r["cpu_per_audio_s"], config))
+                    finally:
+                        server.stop()
+                probes.sort()
+                winner = probes[0][3]
+                summary["sherpa_probes"] = [{"config": c, "p99_ms": p, "cpu_per_audio_s": cpu, "errors": e}
+                                            for e, p, cpu, c in probes]
+                server = SherpaServer(exe, sherpa_dir, meta, *winner, log_dir=work)
+                name = "sherpa-onnx"
+                summary["sherpa_settings"] = server.settings
+                print(f"sherpa-onnx settings chosen: {server.settings}", flush=True)
+                try:
+                    wer = asyncio.run(accuracy(SherpaTranscriber(server.port, chunk, False), items))
+                    print(f"sherpa-onnx WER {100 * wer:.1f}%; searching", flush=True)
+                    best[name], why = search(name, lambda n: sherpa_paced(server.port, items, n, args.chunk_ms,
+                                                                          args.seconds), server.pid, rows, args,
+                                             deadline)
+                finally:
+                    server.stop()
+            else:
+                name = f"ours {mode}"
+                server = OurServer(repos[mode])
+                try:
+                    wer = asyncio.run(ours_accuracy(server.url, items, args.chunk_ms))
+                    print(f"{name} WER {100 * wer:.1f}%; searching", flush=True)
+                    best[name], why = search(name, lambda n: ours_paced(server.url, items, n, args.chunk_ms,
+                                                                        args.seconds), server.pid, rows, args,
+                                             deadline)
+                finally:
+                    server.stop()
+            summary[name] = {"max_streams": best[name], "why": why, "wer": wer}
     finally:
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
 
-    names = ("sherpa-onnx", "asr_server")
-    print(f"\npaced real-time streams, {args.chunk_ms:.0f} ms chunks, staggered over one chunk, "
-          f"~{args.seconds:.0f} s of audio per stream; latency = chunk sent -> its partial result; "
-          f"ORT intra-op threads {args.threads} each; contended {os.cpu_count()}-core machine")
-    print(f"{'S':>5} | {'sherpa p50':>10} {'p99':>7} {'srv/cli CPU%':>12} | {'ours p50':>9} {'p99':>7} "
-          f"{'srv/cli CPU%':>12}   (latencies in ms; CPU in % of one core)")
-    for count in sorted(rows):
-        cells = []
-        for name, width in zip(names, (10, 9)):
-            r = rows[count].get(name)
-            cpu = f"{r['server_cpu']:.0f}/{r['client_cpu']:.0f}" if r else "-"
-            cells.append(f"{r['p50_ms']:{width}.0f} {r['p99_ms']:7.0f} {cpu:>12}" if r
-                         else f"{'-':>{width}} {'-':>7} {cpu:>12}")
-        print(f"{count:>5} | {cells[0]} | {cells[1]}")
-    for name in names:
-        best, why, wer = summary.get(name, (0, "not run", None))
-        wer_text = f"{100 * wer:.1f}%" if wer is not None else "n/a"
-        print(f"{name}: max S {best} with p99 < {P99_BUDGET_MS:.0f} ms ({why}); WER {wer_text}")
-    ours = "CTC greedy" if args.ours_greedy else "CTC prefix beam + attention rescoring"
-    print(f"WER differs by design: sherpa-onnx = CTC greedy on snip_edges=False fbank; "
-          f"asr_server = {ours} on snip_edges=True fbank")
-    s_best, o_best = summary.get("sherpa-onnx", (0,))[0], summary.get("asr_server", (0,))[0]
-    ratio = f"{o_best / s_best:.2f}x" if s_best else "n/a"
-    print(f"ratio asr_server / sherpa-onnx max streams: {ratio}; run took {time.monotonic() - t0:.0f} s")
-    both = [c for c in sorted(rows) if all(n in rows[c] and rows[c][n]["errors"] == 0
-                                           and rows[c][n]["p99_ms"] <= P99_BUDGET_MS for n in names)]
-    if both:  # less noisy than the maxima on a shared machine: server CPU for the same paced load
-        c = both[-1]
-        cpu = [rows[c][n]["server_cpu"] for n in names]
-        print(f"server CPU at S={c} (largest both sustained): sherpa-onnx {cpu[0]:.0f}%, asr_server {cpu[1]:.0f}% "
-              f"of one core; asr_server / sherpa-onnx {cpu[1] / cpu[0]:.2f}x" if cpu[0] > 0 else "")
-    print(json.dumps({"sherpa_onnx_version": sherpa_onnx.__version__, "threads": args.threads,
-                      "max_streams": {n: summary.get(n, (0,))[0] for n in names}}))
+    print(f"\npaced real-time streams, {args.chunk_ms:.0f} ms chunks, ~{args.seconds:.0f} s of audio per stream "
+          f"per trial; sustained = p99 final latency < {P99_BUDGET_MS:.0f} ms; ORT threads {args.threads}")
+    for name in best:
+        s = summary[name]
+        print(f"{name:>15}: {s['max_streams']:4d} streams ({s['why']}); WER {100 * s['wer']:.1f}%")
+    peer = best.get("sherpa-onnx")
+    floor = summary["floor"]
+    floors = {"ours greedy": floor["encoder_b32"], "ours rescore": floor["encoder_b32"] + floor["decoder"],
+              "sherpa-onnx": floor["encoder_b1"]}
+    for name in best:
+        if name != "sherpa-onnx" and peer:
+            print(f"{name} / sherpa-onnx sustained streams: {best[name] / peer:.2f}x")
+    common = sorted(set.intersection(*(set(c for c, r in rows[n].items() if r["errors"] == 0)
+                                       for n in best))) if best else []
+    if common:
+        c = max(x for x in common if all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best)) \
+            if any(all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best) for x in common) else common[-1]
+        print(f"server CPU-s per audio-s at S={c} (largest stream count every system ran):")
+        for name in best:
+            cpu = rows[name][c]["cpu_per_audio_s"]
+            print(f"  {name:>15}: {cpu:.4f} = {cpu / floors[name]:.2f}x its neural floor ({floors[name]:.4f})")
+        summary["common_streams"] = c
+    summary["rows"] = rows
+    if rows and args.plot:
+        plot(rows, best, args.plot, f"{args.model_dir.name}, demo utterances, 640 ms chunks paced at real time, "
+                                    f"{os.cpu_count()}-core machine; sherpa-onnx {summary.get('sherpa_settings', '')}")
+        print(f"plot: {args.plot}")
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1, default=str))
+    print(f"run took {time.monotonic() - t0:.0f} s")
     return 0
 
 
