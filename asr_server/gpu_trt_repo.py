@@ -135,3 +135,25 @@ def int32_twin(src: Path, dst: Path, inputs: Iterable[str], outputs: Iterable[st
                                                name=f"{value.name}_to_int32"))
     onnx.checker.check_model(model)
     onnx.save(model, str(dst))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Rewrite an ONNX model repository for TensorRT (or its INT32 ONNX twin).")
+    p.add_argument("src", type=Path)
+    p.add_argument("dst", type=Path)
+    p.add_argument("--mode", choices=("tensorrt", "onnx_int32"), default="tensorrt")
+    p.add_argument("--plans", type=Path, help="folder with <model>.plan for encoder, streaming_encoder, decoder")
+    p.add_argument("--gpus", default="0", help="comma-separated device ids of the engines' instance groups")
+    args = p.parse_args(argv)
+    plans = {name: args.plans / f"{name}.plan" for name in GRAPH_MODELS} if args.plans else None
+    changed = rewrite_repository(args.src, args.dst, args.mode, plans, [int(g) for g in args.gpus.split(",")])
+    for model, tensors in changed.items():
+        print(f"{model}: INT64 -> INT32 outputs {tensors['outputs']} inputs {tensors['inputs']}")
+    print(f"wrote {args.dst} ({args.mode})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
