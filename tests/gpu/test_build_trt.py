@@ -128,3 +128,16 @@ def test_engine_check_feeds_are_real_and_the_comparison_catches_a_difference(mod
         changed = {**reference, name: reference[name] + 0.01}
     report = compare(reference, {**reference, **changed}, tolerances)
     assert not report.ok and "MISMATCH" in report.line()
+
+
+@pytest.mark.skipif(not (ROOT / "models" / "demo_en" / "onnx" / "encoder.onnx").exists(),
+                    reason="the bundled model's graphs are not exported: run bash scripts/build_demo_repo.sh")
+def test_export_build_serve_dry_run_writes_the_int32_twin_and_prints_the_rest(tmp_path):
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "export_build_serve.sh"), str(ROOT / "models" / "demo_en"),
+                          str(tmp_path / "work"), "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    twin = tmp_path / "work" / "int32_repo"
+    assert "TYPE_INT64" not in (twin / "streaming_encoder" / "config.pbtxt").read_text()
+    assert f"{twin}/encoder/1/encoder.onnx" in run.stdout
+    assert run.stdout.strip().splitlines()[-1] == f"asr-server --model-repository {tmp_path}/work/trt_repo"
+    assert not (tmp_path / "work" / "plans").exists() and not (tmp_path / "work" / "trt_repo").exists()
