@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
+from asr_server import gpu_devices
 from asr_server.repository.manager import ModelManager
 
 _COUNTERS = (
@@ -92,6 +93,7 @@ def render(manager: ModelManager) -> str:
     lines += _gauge("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", [_cpu_utilization()])
     lines += _gauge("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", [total])
     lines += _gauge("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", [used])
+    lines += gpu_devices.gpu_metric_lines()  # nothing without a GPU
     return "\n".join(lines) + "\n"
 
 

@@ -15,7 +15,7 @@ from typing import Optional
 import grpc
 from aiohttp import web
 
-from asr_server import metrics, tls
+from asr_server import gpu_devices, metrics, tls
 from asr_server.core import InferenceCore
 from asr_server.errors import ServerError
 from asr_server.protocol import grpc_service, restrictions
@@ -70,6 +70,8 @@ class Server:
             raise
 
     async def _start(self) -> None:
+        for line in gpu_devices.describe_gpus():  # Triton logs the GPUs it found the same way
+            log.info("%s", line)
         await self._load_startup_models()
         s = self.settings
         if s.allow_grpc:

@@ -25,6 +25,7 @@ from typing import Callable, Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from asr_server import gpu_devices
 from asr_server.backends.base import Backend, ModelContext, backend_class
 from asr_server.errors import ErrorCode, ServerError, as_server_error, unknown_model
 from asr_server.repository import config as config_io
@@ -237,7 +238,9 @@ class ModelManager:
     def _prepare(self, model_dir: Path, name: str, override: Optional[str]) -> tuple[mc.ModelConfig, list[int]]:
         config = config_io.config_from_json(override) if override else config_io.read_config(model_dir)
         available = version_io.available_versions(model_dir)
-        config = config_io.complete_config(config, model_dir, available)
+        # The GPUs seen decide KIND_AUTO (GPU when there is one) and fill KIND_GPU groups' ids; with none seen
+        # the checks stay off (None), as before, so KIND_GPU configs still load on CPU-only machines.
+        config = config_io.complete_config(config, model_dir, available, gpus=gpu_devices.visible_gpus() or None)
         numbers = version_io.select_versions(config, available)
         if not numbers:
             raise ServerError(f"at least one version must be available under the version policy of model '{name}'")
