@@ -33,7 +33,9 @@ def trace(model, name: str, feeds: dict[str, np.ndarray], input_names: list[str]
     import torch
 
     module = graph_module(model.eval(), name, beam).eval()
-    example = tuple(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in input_names)
+    # Traced on the device it will run on: the tracer records devices of tensors made inside forward().
+    device = next(model.parameters()).device
+    example = tuple(torch.from_numpy(np.ascontiguousarray(feeds[n])).to(device) for n in input_names)
     # The tracer warns at every Python branch on a tensor (masks, cache sizes): expected here, since the
     # branches depend on shapes fixed per graph; the parity tests run other batch sizes and lengths instead.
     with torch.no_grad(), warnings.catch_warnings():
@@ -50,7 +52,8 @@ def save(module, path: Path) -> None:
 
 def torchscript_repository(src: Path, dst: Path, model, kind: str = "KIND_GPU", beam: int = 10) -> None:
     """Copy ONNX repository `src` to `dst` with encoder, streaming_encoder and decoder as TorchScript
-    (`backend: "pytorch"`, `model.pt`, instance groups of `kind`), traced from `model` on real features."""
+    (`backend: "pytorch"`, `model.pt`, instance groups of `kind`), traced from `model` on real features on
+    the model's device (put it on CUDA for KIND_GPU)."""
     import shutil
 
     import onnxruntime as ort

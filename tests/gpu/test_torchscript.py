@@ -85,3 +85,49 @@ async def test_torchscript_repository_serves_the_onnx_transcripts(model, tmp_pat
     assert not list((tmp_path / "ts").glob("*/1/*.onnx"))
     _, text = reference()
     assert await transcripts(running, tmp_path / "ts") == (text, text)
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible to torch")
+CUDA_ATOL = 1e-3  # cuDNN/cuBLAS kernels (TF32 off) against ORT's CPU kernels
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("name", ["encoder", "streaming_encoder", "decoder"])
+def test_torchscript_on_cuda_matches_onnx_on_cpu(name):
+    from asr_server.asr.checkpoint import load_model_dir
+    from asr_server.gpu_torchscript import trace
+
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    gpu_model = load_model_dir(MODEL_DIR).model.eval().to("cuda")
+    feeds = check_feeds(name, BUNDLED_REPO / name / "config.pbtxt", BUNDLED_REPO / "encoder" / "1")
+    session = ort.InferenceSession(str(BUNDLED_REPO / name / "1" / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    module = trace(gpu_model, name, {k: v[:2] for k, v in feeds.items()}, names)
+    with torch.no_grad():
+        got = module(*[torch.from_numpy(np.ascontiguousarray(feeds[n])).cuda() for n in names])
+    got = [t.cpu().numpy() for t in (got if isinstance(got, (tuple, list)) else [got])]
+    for output, want, value in zip([o.name for o in session.get_outputs()], session.run(None, feeds), got):
+        if want.dtype.kind == "f":
+            np.testing.assert_allclose(value, want, atol=CUDA_ATOL, rtol=0, err_msg=output)
+        elif output in ("beam_log_probs_idx", "log_probs_idx"):  # near-ties may swap lower ranks: check the best
+            assert np.mean(value[..., 0] == want[..., 0]) > 0.999, output
+        else:
+            np.testing.assert_array_equal(value, want, err_msg=output)
+
+
+@pytest.mark.gpu
+@cuda
+async def test_torchscript_repository_on_kind_gpu_serves_the_onnx_transcripts(tmp_path, running):
+    from asr_server.asr.checkpoint import load_model_dir
+    from asr_server.gpu_torchscript import torchscript_repository
+    from tests.gpu.test_trt_repository import pipeline_repo
+    from tests.scripts.test_build_model_repo import reference, transcripts
+
+    gpu_model = load_model_dir(MODEL_DIR).model.eval().to("cuda")
+    torchscript_repository(pipeline_repo(tmp_path), tmp_path / "ts", gpu_model, kind="KIND_GPU")
+    _, text = reference()
+    async with running(tmp_path / "ts", allow_http=False) as server:
+        kinds = {g.kind for g in server.core.manager.models["encoder"].versions[1].config.instance_group}
+    assert kinds == {1}  # KIND_GPU
+    assert await transcripts(running, tmp_path / "ts") == (text, text)
