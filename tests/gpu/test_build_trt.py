@@ -141,3 +141,21 @@ def test_export_build_serve_dry_run_writes_the_int32_twin_and_prints_the_rest(tm
     assert f"{twin}/encoder/1/encoder.onnx" in run.stdout
     assert run.stdout.strip().splitlines()[-1] == f"asr-server --model-repository {tmp_path}/work/trt_repo"
     assert not (tmp_path / "work" / "plans").exists() and not (tmp_path / "work" / "trt_repo").exists()
+
+
+@pytest.mark.tensorrt
+@needs_graphs
+def test_build_trt_builds_an_engine_that_matches_onnx_runtime(tmp_path):
+    """Where TensorRT and a GPU exist: the INT32 twin's streaming encoder -> .plan, checked against ORT."""
+    pytest.importorskip("tensorrt", reason="TensorRT (python package 'tensorrt' 10.x) is not installed")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible to torch")
+    from asr_server.gpu_trt_repo import rewrite_repository
+
+    rewrite_repository(BUNDLED_REPO, tmp_path / "twin", mode="onnx_int32")
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_trt.py"), "--repo", str(tmp_path / "twin"),
+                          "--models", "streaming_encoder", "--out-dir", str(tmp_path / "plans"),
+                          "--builder", "python", "--no-fold"], capture_output=True, text=True, timeout=280)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "check streaming_encoder:" in run.stdout and ": ok" in run.stdout
