@@ -381,6 +381,14 @@ async def test_system_shared_memory_inputs_and_outputs(repo, running):
 
 
 async def test_model_of_an_unsupported_backend_is_unavailable_with_its_reason(repo, running):
+    pipeline = repo / "pipeline"
+    (pipeline / "1").mkdir(parents=True)
+    (pipeline / "config.pbtxt").write_text(
+        'name: "pipeline"\nbackend: "dali"\nmax_batch_size: 4\n'
+        'input [ { name: "X", data_type: TYPE_UINT8, dims: [ -1 ] } ]\n'
+        'output [ { name: "Y", data_type: TYPE_FP32, dims: [ 3 ] } ]\n'
+    )
+    # A TensorRT engine that cannot load here (no TensorRT, or these bytes are no engine) fails alone too.
     engine = repo / "engine"
     (engine / "1").mkdir(parents=True)
     (engine / "1" / "model.plan").write_bytes(b"not an engine")
@@ -392,7 +400,9 @@ async def test_model_of_an_unsupported_backend_is_unavailable_with_its_reason(re
     async with running(repo, exit_on_error=False) as server:
         client = client_for(server)
         index = {m["name"]: m for m in (await client.get_model_repository_index(as_json=True))["models"]}
+        assert index["pipeline"]["state"] == "UNAVAILABLE"
+        assert "unknown backend 'dali'" in index["pipeline"]["reason"]
         assert index["engine"]["state"] == "UNAVAILABLE"
-        assert "backend 'tensorrt' is not supported by this server yet" in index["engine"]["reason"]
+        assert "unable to load model 'engine'" in index["engine"]["reason"]
         assert await client.is_model_ready("add_sub")
         await client.close()
