@@ -113,7 +113,7 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
     # relative to the model's folder, so the repository does not refer to MODEL_DIR once built.
     tokenizer_files = {"units.txt": model_dir / "units.txt"}
     shared = {"units": "units.txt", "beam_size": beam, "bidecoder": bidecoder, "rescoring": int(rescoring),
-              "search": search}
+              "search": search, "frame_shift_ms": 10, "subsampling_rate": subsampling}
     if (model_dir / "bpe.model").exists():
         shared["bpe_model"] = "bpe.model"
         tokenizer_files["bpe.model"] = model_dir / "bpe.model"
@@ -170,7 +170,7 @@ input [
   {graph_tensor(enc, "encoder_out")}, {graph_tensor(enc, "encoder_out_lens")},
   {graph_tensor(enc, "beam_log_probs", "batch_log_probs")}, {graph_tensor(enc, "beam_log_probs_idx", "batch_log_probs_idx")}
 ]
-output [ {tensor("OUTPUT0", "TYPE_STRING", [1])} ]
+output [ {tensor("OUTPUT0", "TYPE_STRING", [1])}, {tensor("DETAILS", "TYPE_STRING", [1])} ]
 {OFFLINE_BATCHING}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """, assets=tokenizer_files)
@@ -179,7 +179,7 @@ name: "attention_rescoring"
 platform: "ensemble"
 max_batch_size: {max_batch}
 input [ {tensor("WAV", "TYPE_FP32", [-1])}, {tensor("WAV_LENS", "TYPE_INT32", [1])} ]
-output [ {tensor("TRANSCRIPTS", "TYPE_STRING", [1])} ]
+output [ {tensor("TRANSCRIPTS", "TYPE_STRING", [1])}, {tensor("DETAILS", "TYPE_STRING", [1])} ]
 ensemble_scheduling {{
   step [
     {{ model_name: "feature_extractor" model_version: -1
@@ -192,7 +192,7 @@ ensemble_scheduling {{
     {{ model_name: "scoring" model_version: -1
       input_map {{ key: "encoder_out" value: "encoder_out" }} input_map {{ key: "encoder_out_lens" value: "encoder_out_lens" }}
       input_map {{ key: "batch_log_probs" value: "beam_log_probs" }} input_map {{ key: "batch_log_probs_idx" value: "beam_log_probs_idx" }}
-      output_map {{ key: "OUTPUT0" value: "TRANSCRIPTS" }} }}
+      output_map {{ key: "OUTPUT0" value: "TRANSCRIPTS" }} output_map {{ key: "DETAILS" value: "DETAILS" }} }}
   ]
 }}
 """)
@@ -247,7 +247,7 @@ backend: "python"
 max_batch_size: {max_batch}
 {params(wenet_params)}
 input [ {tensor("speech", "TYPE_FP32", [-1, mel])}, {tensor("speech_lengths", "TYPE_INT32", [1])} ]
-output [ {tensor("OUTPUT0", "TYPE_STRING", [1], reshape_scalar=True)} ]
+output [ {tensor("OUTPUT0", "TYPE_STRING", [1], reshape_scalar=True)}, {tensor("DETAILS", "TYPE_STRING", [1], reshape_scalar=True)} ]
 sequence_batching {{
   max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}
   {oldest}
@@ -260,7 +260,7 @@ name: "streaming_wenet"
 platform: "ensemble"
 max_batch_size: {max_batch}
 input [ {tensor("WAV", "TYPE_FP32", [-1])}, {tensor("WAV_LENS", "TYPE_INT32", [1])} ]
-output [ {tensor("TRANSCRIPTS", "TYPE_STRING", [1])} ]
+output [ {tensor("TRANSCRIPTS", "TYPE_STRING", [1])}, {tensor("DETAILS", "TYPE_STRING", [1])} ]
 ensemble_scheduling {{
   step [
     {{ model_name: "streaming_feature_extractor" model_version: -1
@@ -268,7 +268,7 @@ ensemble_scheduling {{
       output_map {{ key: "speech" value: "SPEECH" }} output_map {{ key: "speech_lengths" value: "SPEECH_LENGTHS" }} }},
     {{ model_name: "wenet" model_version: -1
       input_map {{ key: "speech" value: "SPEECH" }} input_map {{ key: "speech_lengths" value: "SPEECH_LENGTHS" }}
-      output_map {{ key: "OUTPUT0" value: "TRANSCRIPTS" }} }}
+      output_map {{ key: "OUTPUT0" value: "TRANSCRIPTS" }} output_map {{ key: "DETAILS" value: "DETAILS" }} }}
   ]
 }}
 """)

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from .ctc_search import SearchOptions, make_search
+from .details import hypothesis_details, wants_details
+from .endpoint import RULE1, EndpointDetector, EndpointRules
 from .features import FbankConfig, StreamingFbank, batch_fbank_computer
 from .rescoring import DecoderInputs, build_decoder_inputs, hyps_from_best_index
-from .streaming import StreamState, WindowConfig
+from .streaming import EndedSegment, StreamState, WindowConfig
 from .units import Tokenizer
 
 SequenceKey = object  # a correlation id (int or str)
@@ -35,6 +37,8 @@ class DecodingSettings:
     cutoff_prob: float = 1.0  # top-k probability mass a frame may extend with
     idle_seconds: float = 5.0  # per-sequence state is dropped after this long without a request
     max_rescoring_frames: int = 1500  # encoder frames (60 s of 40 ms) a stream keeps for rescoring; 0: all
+    endpoint: EndpointRules = EndpointRules()  # the model's endpointing (requests may override it on START)
+    frame_seconds: float = 0.04  # one encoder frame: fbank shift (10 ms) x subsampling (4); for timestamps
 
     def search_options(self) -> SearchOptions:
         return SearchOptions(method=self.search_method, beam_size=self.beam_size, top_k=self.beam_size,
@@ -47,6 +51,7 @@ Rescorer = Callable[[DecoderInputs, np.ndarray, np.ndarray], np.ndarray]
 
 
 def _rescore(nbests, encoder_out, lengths, settings: DecodingSettings, rescorer: Optional[Rescorer]):
+    """The chosen token tuple of every n-best list (attention rescoring, or the CTC best)."""
     has_tokens = any(tokens for nbest in nbests for tokens, _ in nbest)
     if not settings.rescoring or rescorer is None or not has_tokens or int(np.max(lengths, initial=0)) == 0:
         return [nbest[0][0] if nbest else () for nbest in nbests]
@@ -66,14 +71,30 @@ class OfflineScorer:
     def decode(self, encoder_out: np.ndarray, lengths: np.ndarray, topk_log_probs: np.ndarray,
                topk_ids: np.ndarray, rescorer: Optional[Rescorer] = None) -> list[str]:
         """encoder_out (B, T, d); lengths (B,); topk_log_probs / topk_ids (B, T, K) -> B transcripts."""
+        return [text for text, _ in self.recognize(encoder_out, lengths, topk_log_probs, topk_ids, rescorer)]
+
+    def recognize(self, encoder_out: np.ndarray, lengths: np.ndarray, topk_log_probs: np.ndarray,
+                  topk_ids: np.ndarray, rescorer: Optional[Rescorer] = None, details: bool = False
+                  ) -> list[tuple[str, Optional[dict]]]:
+        """Like ``decode``, with each transcript's DETAILS dict (words, tokens, n-best) when ``details``."""
         nbests = []
+        lengths = np.asarray(lengths).reshape(-1)
         for b in range(encoder_out.shape[0]):
             search = make_search(self.settings.search_options())
             n = int(lengths[b])
             search.advance(topk_log_probs[b, :n], topk_ids[b, :n])
             nbests.append([(h.tokens, h.score) for h in search.nbest()])
-        hyps = _rescore(nbests, encoder_out, np.asarray(lengths).reshape(-1), self.settings, rescorer)
-        return [self.tokenizer.decode(h) for h in hyps]
+        hyps = _rescore(nbests, encoder_out, lengths, self.settings, rescorer)
+        out = []
+        for b, hyp in enumerate(hyps):
+            info = None
+            if details:
+                n = int(lengths[b])
+                info = hypothesis_details(self.tokenizer, hyp, topk_log_probs[b, :n], topk_ids[b, :n],
+                                          self.settings.frame_seconds, 0.0, nbests[b])
+                info.update(segment=0, final=True)
+            out.append((self.tokenizer.decode(hyp), info))
+        return out
 
 
 class StreamingFeatures:
@@ -159,6 +180,9 @@ class StreamChunk:
     frames: np.ndarray  # (T, num_mel_bins) new fbank frames
     start: bool
     end: bool
+    # the request's parameters: on START, `details` and the endpoint rules (endpoint.EndpointRules) of the stream
+    parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    want_details: bool = False  # the request asks for the DETAILS output (see StreamingScorer.last_details)
 
 
 class StreamingScorer:
@@ -174,24 +198,36 @@ class StreamingScorer:
         self.streams: dict[SequenceKey, StreamState] = {}
         # Streams that failed, until their END or a new START: (reason, monotonic seconds last seen).
         self.failed: dict[SequenceKey, tuple[str, float]] = {}
+        # DETAILS dicts of the chunks of the last step() call that asked for them (None elsewhere)
+        self.last_details: list[Optional[dict]] = []
 
     def step(self, chunks: Sequence[StreamChunk], run_encoder: EncoderRunner,
              rescorer: Optional[Rescorer] = None) -> list[Union[str, StreamFailed]]:
         """Advance every sequence of the batch by its new frames -> its transcript (partial, or final on END),
         or a StreamFailed for a chunk of a stream that failed (now or earlier, until END or a new START).
 
+        The transcript is the whole stream's: the final texts of the segments that ended (endpointing) and the
+        current segment's partial. ``last_details`` then holds, for every chunk with ``want_details``, its
+        DETAILS dict (None elsewhere).
+
         Windows of different sequences go to the encoder together, round by round: round r holds the r-th
         new window of every sequence that has one, so each sequence's windows stay in order."""
         now = time.monotonic()
         self.drop_idle(now)
+        self.last_details = [None] * len(chunks)
         pending: list[list[EncoderJob]] = []
         states: list[Optional[StreamState]] = []
         results: list[Union[str, StreamFailed, None]] = [None] * len(chunks)
+        ended: list[list[EndedSegment]] = [[] for _ in chunks]
         for i, chunk in enumerate(chunks):
             if chunk.start:
                 self.failed.pop(chunk.key, None)
-                self.streams[chunk.key] = StreamState.create(self.window, self.feature_dim,
-                                                             self.settings.search_options(), now)
+                try:
+                    self.streams[chunk.key] = self._new_stream(chunk, now)
+                except ValueError as exc:  # bad per-request options: this stream fails alone
+                    results[i] = self._fail(chunk, str(exc), now)
+                    states.append(None)
+                    continue
             state = self.streams.get(chunk.key)
             if state is None:
                 results[i] = self._refuse(chunk, now)
@@ -227,18 +263,105 @@ class StreamingScorer:
                     continue
                 n = int(result.valid) if job.valid > 0 else 0
                 if n:
-                    state.search.advance(result.topk_log_probs[:n], result.topk_ids[:n])
-                    state.keep_encoder_out(result.chunk_out, n, self.settings.max_rescoring_frames)
+                    self._consume(state, result, n, ended[i])
         ok = [i for i in range(len(chunks)) if results[i] is None]
         for i in ok:
-            results[i] = self.tokenizer.decode(states[i].search.best().tokens)
-        finals = [i for i in ok if chunks[i].end]
-        if finals:
-            for i, text in zip(finals, self._finish([states[i] for i in finals], rescorer)):
-                results[i] = text
-            for i in finals:
+            if chunks[i].end:
+                state = states[i]
+                # after an endpoint, a tail without a token is not a segment of its own
+                segment = state.end_segment(self.encoder_dim, keep=state.segment == 0 or bool(
+                    state.search.best().tokens))
+                if segment is not None:
+                    ended[i].append(segment)
                 self.streams.pop(chunks[i].key, None)
+        finishing = [(i, seg) for i in ok for seg in ended[i]]
+        finals = self._finish([seg for _, seg in finishing], rescorer) if finishing else []
+        final_of: dict[int, list[tuple[EndedSegment, tuple]]] = {}
+        for (i, seg), hyp in zip(finishing, finals):
+            final_of.setdefault(i, []).append((seg, hyp))
+            text = self.tokenizer.decode(hyp)
+            if text or not chunks[i].end:
+                states[i].finals.append(text)
+        for i in ok:
+            state, chunk = states[i], chunks[i]
+            partial = () if chunk.end else state.search.best().tokens
+            texts = [*state.finals, self.tokenizer.decode(partial)]
+            results[i] = " ".join(t for t in texts if t)
+            if chunk.want_details:
+                self.last_details[i] = self._details(state, chunk, partial, final_of.get(i, []))
         return results
+
+    def _new_stream(self, chunk: StreamChunk, now: float) -> StreamState:
+        state = StreamState.create(self.window, self.feature_dim, self.settings.search_options(), now)
+        state.details = wants_details(chunk.parameters)
+        rules = self.settings.endpoint.updated(chunk.parameters)
+        if rules.enabled:
+            state.endpoint = EndpointDetector(rules, self.settings.frame_seconds, blank_id=0)
+        return state
+
+    def _consume(self, state: StreamState, result: EncoderResult, n: int, ended: list) -> None:
+        """Feed the first ``n`` encoder frames of a window to the stream, cutting segments at endpoints."""
+        log_probs, ids, out = result.topk_log_probs[:n], result.topk_ids[:n], result.chunk_out[:n]
+        best = None
+        if state.endpoint is not None:
+            best = np.take_along_axis(ids, np.argmax(log_probs, axis=-1)[:, None], axis=-1)[:, 0]
+        bound = self.settings.max_rescoring_frames
+        pos = 0
+        while pos < n:
+            hit = state.endpoint.scan(best[pos:]) if best is not None else None
+            stop = n if hit is None else pos + hit[0]
+            state.search.advance(log_probs[pos:stop], ids[pos:stop])
+            state.keep_encoder_out(out[pos:stop], stop - pos, bound)
+            state.keep_topk(log_probs[pos:stop], ids[pos:stop], bound)
+            state.frames += stop - pos
+            if hit is not None:
+                segment = state.end_segment(self.encoder_dim, keep=hit[1] != RULE1)
+                if segment is not None:
+                    ended.append(segment)
+            pos = stop
+
+    def _details(self, state: StreamState, chunk: StreamChunk, partial: tuple,
+                 finals: list[tuple[EndedSegment, tuple]]) -> dict:
+        """DETAILS of one chunk: the current segment (or, on END, the last one), and every segment that ended
+        with this chunk in ``finals``. Words, tokens and n-best only when the stream asked for ``details``."""
+        full = state.details or wants_details(chunk.parameters)
+        fs = self.settings.frame_seconds
+
+        def describe(tokens, nbest, log_probs, ids, index, start, end, final):
+            info = (hypothesis_details(self.tokenizer, tokens, log_probs if full else None, ids, fs,
+                                       start * fs, nbest if full else ())
+                    if full else {"text": self.tokenizer.decode(tokens)})
+            info.update(segment=index, final=final, start=round(start * fs, 3), end=round(end * fs, 3))
+            return info
+
+        ended = [describe(hyp, seg.nbest, seg.log_probs, seg.ids, seg.index, seg.start_frame, seg.end_frame, True)
+                 for seg, hyp in finals]
+        if chunk.end:
+            out = dict(ended[-1]) if ended else {"text": "", "segment": state.segment, "final": True}
+        else:
+            log_probs, ids = state.segment_topk() if full else (None, None)
+            nbest = [(h.tokens, h.score) for h in state.search.nbest()] if full else ()
+            out = describe(partial, nbest, log_probs, ids, state.segment, state.segment_start, state.frames, False)
+        if ended:
+            out["finals"] = ended
+        return out
+
+    def _finish(self, segments: list[EndedSegment], rescorer: Optional[Rescorer]) -> list[tuple]:
+        """Final token tuples of ended segments: rescored, except for segments too long to keep their encoder
+        output (their CTC result is final)."""
+        hyps = [seg.nbest[0][0] if seg.nbest else () for seg in segments]
+        kept = [i for i, seg in enumerate(segments) if seg.encoder_out is not None]
+        if kept:
+            nbests = [segments[i].nbest for i in kept]
+            outs = [segments[i].encoder_out for i in kept]
+            lengths = np.array([o.shape[0] for o in outs], dtype=np.int32)
+            longest = max(1, int(lengths.max()))
+            padded = np.zeros((len(outs), longest, self.encoder_dim), dtype=np.float32)
+            for b, out in enumerate(outs):
+                padded[b, :out.shape[0]] = out
+            for i, hyp in zip(kept, _rescore(nbests, padded, lengths, self.settings, rescorer)):
+                hyps[i] = hyp
+        return hyps
 
     def _fail(self, chunk: StreamChunk, reason: str, now: float) -> StreamFailed:
         """The stream's state is unusable: drop it and remember why, so its later chunks fail too."""
@@ -259,22 +382,6 @@ class StreamingScorer:
                                 "then is not decoded: start a new sequence with START")
         return StreamFailed(f"sequence {chunk.key} has no decoding state (it was idle longer than "
                             f"{self.settings.idle_seconds:g} s, or never started): start it again with START")
-
-    def _finish(self, states: list[StreamState], rescorer: Optional[Rescorer]) -> list[str]:
-        """Final transcripts: rescored, except for streams too long to keep their encoder output."""
-        hyps = [s.search.best().tokens for s in states]
-        kept = [i for i, s in enumerate(states) if s.rescorable]
-        if kept:
-            nbests = [[(h.tokens, h.score) for h in states[i].search.nbest()] for i in kept]
-            outs = [states[i].encoder_output(self.encoder_dim) for i in kept]
-            lengths = np.array([o.shape[0] for o in outs], dtype=np.int32)
-            longest = max(1, int(lengths.max()))
-            padded = np.zeros((len(outs), longest, self.encoder_dim), dtype=np.float32)
-            for b, out in enumerate(outs):
-                padded[b, :out.shape[0]] = out
-            for i, hyp in zip(kept, _rescore(nbests, padded, lengths, self.settings, rescorer)):
-                hyps[i] = hyp
-        return [self.tokenizer.decode(h) for h in hyps]
 
     def drop(self, key: SequenceKey) -> None:
         self.streams.pop(key, None)

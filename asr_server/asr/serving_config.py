@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from .endpoint import EndpointRules
 from .features import FbankConfig, batch_fbank_computer
 from .pipeline import DecodingSettings
 from .streaming import WindowConfig
@@ -49,6 +50,8 @@ def decoding_settings(params: Mapping[str, str], symbols: SymbolTable) -> Decodi
         cutoff_prob=float(params.get("cutoff_prob", 1.0)),
         idle_seconds=float(params.get("idle_seconds", 5.0)),
         # 40 ms encoder frames (10 ms fbank shift x4 subsampling)
+        endpoint=EndpointRules().updated(params),
+        frame_seconds=float(params.get("frame_shift_ms", 10)) * int(params.get("subsampling_rate", 4)) / 1000,
         max_rescoring_frames=int(float(params.get("max_rescoring_seconds", 60)) * 1000
                                  / (float(params.get("frame_shift_ms", 10)) * int(params.get("subsampling_rate", 4)))),
     )

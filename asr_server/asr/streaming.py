@@ -10,7 +10,7 @@ windows as they become complete; the last, shorter window is padded and flagged 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -76,20 +76,46 @@ class FrameWindower:
 
 
 @dataclasses.dataclass
+class EndedSegment:
+    """A segment of a stream that ended (an endpoint, or END), waiting for its final (rescored) result."""
+
+    index: int  # segment number in its stream, from 0
+    nbest: list  # [(tokens, ctc score)] best first
+    encoder_out: Optional[np.ndarray]  # (T, d) for rescoring; None when the segment outgrew the bound
+    log_probs: Optional[np.ndarray]  # (T, K) top-k of its frames, for timestamps; None past the bound
+    ids: Optional[np.ndarray]  # (T, K)
+    start_frame: int  # first encoder frame of the segment, counted from the stream's start
+    end_frame: int  # one past its last frame
+
+
+@dataclasses.dataclass
 class StreamState:
-    """What the server keeps for one utterance between its chunks."""
+    """What the server keeps for one utterance between its chunks.
+
+    A stream is a series of segments (one, unless endpointing cuts it); the search, the encoder output kept
+    for rescoring and the top-k frames kept for timestamps belong to the current segment."""
 
     windower: FrameWindower
     search: CtcSearch
+    search_options: Optional[SearchOptions] = None  # how a new segment's search is made
     encoder_out: list = dataclasses.field(default_factory=list)  # (T_i, d) chunks, kept for rescoring
     windows_sent: int = 0  # windows given to the encoder so far (the first one carries START)
     last_seen: float = 0.0  # monotonic seconds of the last request (idle eviction)
     kept_frames: int = 0  # encoder frames in encoder_out
     rescorable: bool = True  # False once the stream outgrew the rescoring bound (encoder_out then freed)
+    topk: list = dataclasses.field(default_factory=list)  # [(log_probs (T_i, K), ids (T_i, K))] of the segment
+    topk_frames: int = 0  # frames in topk (None-equivalent once past the bound: timed_out)
+    timed: bool = True  # False once the segment outgrew the bound (no timestamps for it)
+    segment: int = 0  # index of the current segment
+    segment_start: int = 0  # encoder frame where the current segment starts
+    frames: int = 0  # encoder frames decoded since the stream's start
+    finals: list = dataclasses.field(default_factory=list)  # texts of the segments that ended
+    details: bool = False  # words, tokens and n-best in DETAILS (request parameter `details` on START)
+    endpoint: Any = None  # an endpoint.EndpointDetector when endpointing is on
 
     @classmethod
     def create(cls, window: WindowConfig, feature_dim: int, search: SearchOptions, now: float) -> "StreamState":
-        return cls(FrameWindower(window, feature_dim), make_search(search), last_seen=now)
+        return cls(FrameWindower(window, feature_dim), make_search(search), search, last_seen=now)
 
     def keep_encoder_out(self, chunk_out: np.ndarray, valid: int, max_frames: int = 0) -> None:
         """chunk_out: (T', d) of one window, of which the first `valid` frames are real. Past `max_frames`
@@ -103,8 +129,41 @@ class StreamState:
         self.encoder_out.append(np.array(chunk_out[:valid], dtype=np.float32))
         self.kept_frames += valid
 
+    def keep_topk(self, log_probs: np.ndarray, ids: np.ndarray, max_frames: int = 0) -> None:
+        """(T, K) top-k frames of the segment, for timestamps; bounded like the encoder output."""
+        if not len(log_probs) or not self.timed:
+            return
+        if max_frames and self.topk_frames + len(log_probs) > max_frames:
+            self.timed, self.topk, self.topk_frames = False, [], 0
+            return
+        self.topk.append((np.array(log_probs), np.array(ids)))
+        self.topk_frames += len(log_probs)
+
+    def segment_topk(self) -> tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+        """(T, K) log-probs and ids of the current segment's frames (None past the bound)."""
+        if not self.timed:
+            return None, None
+        if not self.topk:
+            return np.zeros((0, 1)), np.zeros((0, 1), np.int64)
+        return np.concatenate([lp for lp, _ in self.topk]), np.concatenate([i for _, i in self.topk])
+
     def encoder_output(self, dim: int) -> np.ndarray:
-        """(T, d) every encoder frame of the utterance so far."""
+        """(T, d) every encoder frame of the current segment so far."""
         if not self.encoder_out:
             return np.zeros((0, dim), dtype=np.float32)
         return np.concatenate(self.encoder_out)
+
+    def end_segment(self, dim: int, keep: bool = True) -> Optional[EndedSegment]:
+        """Close the current segment (returned, unless ``keep`` is False) and start the next one."""
+        ended = None
+        if keep:
+            log_probs, ids = self.segment_topk()
+            ended = EndedSegment(self.segment, [(h.tokens, h.score) for h in self.search.nbest()],
+                                 self.encoder_output(dim) if self.rescorable else None, log_probs, ids,
+                                 self.segment_start, self.frames)
+            self.segment += 1
+        self.search = make_search(self.search_options)
+        self.encoder_out, self.kept_frames, self.rescorable = [], 0, True
+        self.topk, self.topk_frames, self.timed = [], 0, True
+        self.segment_start = self.frames
+        return ended

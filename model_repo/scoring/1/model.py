@@ -1,9 +1,17 @@
-"""Offline scorer: CTC prefix beam search over the encoder's top-k, attention rescoring with `decoder` (BLS)."""
+"""Offline scorer: CTC prefix beam search over the encoder's top-k, attention rescoring with `decoder` (BLS).
+
+The optional output DETAILS (one JSON per utterance) carries word/token timestamps, confidences and the n-best
+when the request parameter `details` is true; without it DETAILS holds only the text (an ensemble asks its
+steps for every output, so the parameter, not the requested outputs, decides what is computed).
+"""
+
+import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from asr_server.asr import serving_config
+from asr_server.asr.details import DETAILS, encode, wants_details
 from asr_server.asr.pipeline import OfflineScorer
 from asr_server.triton_helpers import run_decoder
 
@@ -19,9 +27,15 @@ class TritonPythonModel:
             def get(name):
                 return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
 
-            texts = self.scorer.decode(
+            want = DETAILS in request.requested_output_names()
+            full = want and wants_details(json.loads(request.parameters() or "{}"))
+            results = self.scorer.recognize(
                 get("encoder_out"), get("encoder_out_lens").reshape(-1),
-                get("batch_log_probs"), get("batch_log_probs_idx"), run_decoder)
-            out = np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]))
+                get("batch_log_probs"), get("batch_log_probs_idx"), run_decoder, details=full)
+            out = np.array([[t.encode("utf-8")] for t, _ in results], dtype=np.object_)
+            tensors = [pb_utils.Tensor("OUTPUT0", out)]
+            if want:
+                tensors.append(pb_utils.Tensor(DETAILS, np.array(
+                    [[encode(d or {"text": t, "segment": 0, "final": True})] for t, d in results], dtype=np.object_)))
+            responses.append(pb_utils.InferenceResponse(tensors))
         return responses

@@ -7,11 +7,13 @@ parallel), so the encoder's sequence batcher runs them as one batch.
 """
 
 import concurrent.futures
+import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from asr_server.asr import serving_config
+from asr_server.asr.details import DETAILS, encode
 from asr_server.asr.pipeline import EncoderResult, StreamChunk, StreamFailed, StreamingScorer
 from asr_server.triton_helpers import control, run_decoder
 
@@ -65,8 +67,10 @@ class TritonPythonModel:
                 continue
             speech = pb_utils.get_input_tensor_by_name(request, "speech").as_numpy()
             n = int(pb_utils.get_input_tensor_by_name(request, "speech_lengths").as_numpy().reshape(-1)[0])
+            # parameters: `details` and the endpoint rules (see asr_server.asr.pipeline.StreamChunk)
             chunks.append(StreamChunk(key, speech[0, :n], bool(control(request, "START")),
-                                      bool(control(request, "END"))))
+                                      bool(control(request, "END")), json.loads(request.parameters() or "{}"),
+                                      DETAILS in request.requested_output_names()))
             slots.append(i)
         if chunks:
             try:
@@ -75,14 +79,18 @@ class TritonPythonModel:
                 for chunk in chunks:
                     self.scorer.drop(chunk.key)
                 texts = [StreamFailed(exc.message())] * len(chunks)
-            for i, text in zip(slots, texts):
+            details = self.scorer.last_details or [None] * len(texts)
+            for i, text, info in zip(slots, texts, details):
                 if isinstance(text, StreamFailed):
                     responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(text.message))
                     continue
                 # A scalar, as WeNet's model returns it: with the config's `reshape { shape: [ ] }` clients see
                 # TRANSCRIPTS as [1], which WeNet's streaming client reads with `as_numpy(...)[0].decode()`.
                 out = np.array(text.encode("utf-8"), dtype=np.object_)
-                responses[i] = pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)])
+                tensors = [pb_utils.Tensor("OUTPUT0", out)]
+                if info is not None:  # only when DETAILS is requested (an ensemble requests every output)
+                    tensors.append(pb_utils.Tensor(DETAILS, np.array(encode(info), dtype=np.object_)))
+                responses[i] = pb_utils.InferenceResponse(tensors)
         return responses
 
     def finalize(self):

@@ -1,0 +1,81 @@
+"""Token/word timestamps from the CTC alignment of a hypothesis over top-k frames, and the DETAILS dict."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asr_server.asr.alignment import align_tokens, group_words
+from asr_server.asr.details import hypothesis_details, wants_details
+from asr_server.asr.units import SymbolTable, Tokenizer
+
+BPE = SymbolTable(["<blank>", "<unk>", "▁can", "▁you", "▁c", "h", "airs", "<sos/eos>"])
+CHARS = SymbolTable(["<blank>", "<unk>", "a", "b", "▁", "<sos/eos>"])
+
+
+def spikes(n_frames: int, at: dict[int, int], k: int = 3, peak: float = 0.9):
+    """(T, K) top-k frames: blank everywhere, token at[t] the best at frame t (probability `peak`)."""
+    log_probs = np.full((n_frames, k), np.log(0.01))
+    ids = np.tile(np.arange(1, k + 1), (n_frames, 1))
+    ids[:, 0] = 0
+    log_probs[:, 0] = np.log(0.98)
+    for t, token in at.items():
+        ids[t] = [token, 0, 1]
+        log_probs[t] = [np.log(peak), np.log(1 - peak - 0.01), np.log(0.01)]
+    return log_probs, ids
+
+
+def test_tokens_are_placed_on_their_spikes_and_grouped_into_words():
+    log_probs, ids = spikes(30, {5: 2, 9: 3, 15: 4, 16: 5, 18: 6})
+    times = align_tokens(log_probs, ids, [2, 3, 4, 5, 6], BPE, frame_seconds=0.04, offset_seconds=1.0)
+    assert [round(t.start, 3) for t in times] == [1.2, 1.36, 1.6, 1.64, 1.72]
+    assert [round(t.end, 3) for t in times] == [1.24, 1.4, 1.64, 1.68, 1.76]
+    assert all(abs(t.confidence - 0.9) < 1e-9 for t in times)
+    words = group_words(times)
+    assert [(w.word, round(w.start, 3), round(w.end, 3)) for w in words] == [
+        ("can", 1.2, 1.24), ("you", 1.36, 1.4), ("chairs", 1.6, 1.76)]
+
+
+def test_a_repeated_token_needs_a_blank_between_and_holds_its_frames():
+    # "a a" as character units: a (frames 2-4), blank, a (frame 7): two tokens, each over its own frames
+    log_probs, ids = spikes(12, {2: 2, 3: 2, 4: 2, 7: 2})
+    times = align_tokens(log_probs, ids, [2, 2], CHARS, frame_seconds=0.04)
+    assert [(round(t.start / 0.04), round(t.end / 0.04)) for t in times] == [(2, 5), (7, 8)]
+
+
+def test_character_units_split_words_on_the_space_unit():
+    log_probs, ids = spikes(20, {1: 2, 3: 3, 6: 4, 9: 2})
+    words = group_words(align_tokens(log_probs, ids, [2, 3, 4, 2], CHARS, frame_seconds=0.04))
+    assert [w.word for w in words] == ["ab", "a"]
+
+
+def test_a_token_outside_every_top_k_still_aligns_with_a_low_confidence():
+    log_probs, ids = spikes(10, {4: 2})  # "airs" (6) is in no frame's top-3
+    times = align_tokens(log_probs, ids, [2, 6], BPE, frame_seconds=0.04)
+    assert times[0].confidence > 0.8 and times[1].confidence < 1e-3
+
+
+def test_more_tokens_than_frames_is_an_error_and_nothing_to_align_is_empty():
+    log_probs, ids = spikes(2, {})
+    with pytest.raises(ValueError, match="cannot be aligned"):
+        align_tokens(log_probs, ids, [2, 3, 4], BPE, frame_seconds=0.04)
+    assert align_tokens(log_probs, ids, [], BPE, frame_seconds=0.04) == []
+
+
+def test_details_dict_has_words_tokens_and_nbest():
+    tokenizer = Tokenizer(BPE)
+    log_probs, ids = spikes(20, {3: 2, 8: 3})
+    info = hypothesis_details(tokenizer, (2, 3), log_probs, ids, 0.04, 0.0, [((2, 3), -0.5), ((2,), -3.0)])
+    assert info["text"] == "can you"
+    assert [w["word"] for w in info["words"]] == ["can", "you"]
+    assert info["words"][0] == {"word": "can", "start": 0.12, "end": 0.16, "confidence": 0.9}
+    assert [t["token"] for t in info["tokens"]] == ["▁can", "▁you"]
+    assert info["nbest"] == [{"text": "can you", "score": -0.5}, {"text": "can", "score": -3.0}]
+    assert set(hypothesis_details(tokenizer, (2,), None, None, 0.04)) == {"text"}
+
+
+@pytest.mark.parametrize("value, expected", [(True, True), ("1", True), ("true", True), (False, False),
+                                             ("0", False), (None, False)])
+def test_details_parameter(value, expected):
+    assert wants_details({"details": value}) is expected
+    assert wants_details({}) is False

@@ -1,0 +1,106 @@
+"""The optional DETAILS output and streaming endpointing, served from the bundled demo model (model_repo/)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as aioclient
+
+from client.audio import load_audio
+from client.tensors import wav_inputs
+from tests.conftest import BUNDLED_REPO, ROOT
+
+DATA = ROOT / "tests" / "data" / "demo_utts"
+
+pytestmark = pytest.mark.skipif(
+    not (BUNDLED_REPO / "encoder" / "1" / "encoder.onnx").exists(),
+    reason="the bundled model's graphs are not exported: run bash scripts/build_demo_repo.sh",
+)
+
+
+def audio(name: str) -> np.ndarray:
+    return load_audio(DATA / f"{name}.flac").samples
+
+
+def details_of(result) -> dict:
+    return json.loads(result.as_numpy("DETAILS").reshape(-1)[0])
+
+
+OUTPUTS = ("TRANSCRIPTS", "DETAILS")
+
+
+@pytest.fixture
+async def client(running):
+    async with running(BUNDLED_REPO, allow_http=False) as server:
+        c = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        yield c
+        await c.close()
+
+
+async def test_offline_details_on_request_and_nothing_new_without(client):
+    samples = audio("test_b_000000")
+    outputs = [aioclient.InferRequestedOutput(n) for n in OUTPUTS]
+    full = await client.infer("attention_rescoring", wav_inputs(samples), outputs=outputs,
+                              parameters={"details": True})
+    info = details_of(full)
+    text = full.as_numpy("TRANSCRIPTS").reshape(-1)[0].decode()
+    assert info["text"] == text == "can you bring two chairs to the beach"
+    assert " ".join(w["word"] for w in info["words"]) == text
+    starts = [w["start"] for w in info["words"]]
+    assert starts == sorted(starts) and 0 <= starts[0] and info["words"][-1]["end"] <= len(samples) / 16000
+    assert all(0 < w["confidence"] <= 1 for w in info["words"])
+    assert info["nbest"][0]["text"] == text and len(info["nbest"]) == 10
+    assert info["final"] is True and info["segment"] == 0
+    # DETAILS without the parameter: only the text; not requested: the response is what it always was
+    basic = details_of(await client.infer("attention_rescoring", wav_inputs(samples), outputs=outputs))
+    assert basic == {"text": text, "segment": 0, "final": True}
+    plain = await client.infer("attention_rescoring", wav_inputs(samples),
+                               outputs=[aioclient.InferRequestedOutput("TRANSCRIPTS")])
+    assert [o.name for o in plain.get_response().outputs] == ["TRANSCRIPTS"]
+
+
+async def stream(client, samples, parameters, sequence_id, chunk=10240, outputs=OUTPUTS):
+    n = (len(samples) + chunk - 1) // chunk
+
+    async def requests():
+        for i in range(n):
+            yield dict(model_name="streaming_wenet", inputs=wav_inputs(samples[i * chunk:(i + 1) * chunk]),
+                       outputs=[aioclient.InferRequestedOutput(o) for o in outputs], request_id=str(i),
+                       sequence_id=sequence_id, sequence_start=i == 0, sequence_end=i == n - 1,
+                       parameters=parameters if i == 0 else None)
+
+    results = []
+    async for result, error in client.stream_infer(requests()):
+        assert error is None, error
+        results.append(result)
+    return results
+
+
+async def test_streaming_endpoint_after_a_pause_gives_one_final_per_sentence(client):
+    first, second = audio("test_b_000000"), audio("test_a_000004")
+    samples = np.concatenate([first, np.zeros(16000, np.float32), second])  # a 1 s pause between them
+    results = await stream(client, samples, {"details": True, "endpoint": True}, 501)
+    infos = [details_of(r) for r in results]
+    finals = [f for info in infos for f in info.get("finals", [])]
+    assert [f["segment"] for f in finals] == [0, 1]
+    assert finals[0]["text"] == "can you bring two chairs to the beach"
+    assert finals[0]["end"] < (len(first) + 16000) / 16000 < finals[1]["words"][0]["start"]
+    # the first final arrives before the stream ends, while the second sentence is being streamed
+    assert any("finals" in i for i in infos[:-1])
+    text = results[-1].as_numpy("TRANSCRIPTS").reshape(-1)[0].decode()
+    assert text.startswith(finals[0]["text"] + " ") and text.endswith(finals[1]["text"])
+    # without endpointing the same audio is one segment, and TRANSCRIPTS only are what WeNet's client sees
+    plain = await stream(client, samples, None, 502, outputs=("TRANSCRIPTS",))
+    assert [o.name for o in plain[-1].get_response().outputs] == ["TRANSCRIPTS"]
+
+
+async def test_concurrent_streams_with_and_without_details_do_not_mix(client):
+    samples = audio("test_b_000001")
+    with_details, without = await asyncio.gather(
+        stream(client, samples, {"details": True}, 601), stream(client, samples, None, 602))
+    assert [r.as_numpy("TRANSCRIPTS").tolist() for r in with_details] == [
+        r.as_numpy("TRANSCRIPTS").tolist() for r in without]
+    assert "words" in details_of(with_details[-1]) and "words" not in details_of(without[-1])
