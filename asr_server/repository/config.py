@@ -22,6 +22,9 @@ CONFIG_FILENAME = "config.pbtxt"
 SEQUENCE_IDLE_DEFAULT_US = 1_000_000  # Triton's default max_sequence_idle_microseconds
 # Triton gives CPU instance groups of these backends two instances when the count is left out.
 TWO_CPU_INSTANCES_BACKENDS = ("onnxruntime", "tensorflow")
+# Backends whose preferred instance kind is CPU (Triton's openvino backend declares it): KIND_AUTO stays CPU
+# even where GPUs are seen.
+CPU_PREFERRED_BACKENDS = ("openvino",)
 # A version folder holding one of these names the backend when the config names neither platform nor
 # backend (a folder with only `1/model.onnx` serves as an onnxruntime model).
 MODEL_FILE_BACKENDS: tuple[tuple[str, str, str], ...] = (  # (file name, backend, platform)
@@ -175,6 +178,7 @@ def _fill_instance_groups(config: mc.ModelConfig, gpus: Optional[Sequence[int]])
             group.name = f"{config.name}_{index}"
         if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
             usable = bool(gpus) and all(gpu in gpus for gpu in group.gpus)
+            usable = usable and config.backend not in CPU_PREFERRED_BACKENDS
             group.kind = mc.ModelInstanceGroup.KIND_GPU if usable else mc.ModelInstanceGroup.KIND_CPU
         if group.count < 1:
             two = group.kind == mc.ModelInstanceGroup.KIND_CPU and config.backend in TWO_CPU_INSTANCES_BACKENDS
