@@ -85,6 +85,8 @@ def main() -> int:
     parser.add_argument("--chunk-ms", type=float, default=640.0)
     parser.add_argument("--profile", type=Path, default=None, help="py-spy collapsed stacks go here")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--gil", action="store_true",
+                        help="sample only the thread holding the GIL: the Python work that bounds throughput")
     args = parser.parse_args()
     items = load_data(args.data)
     ctx = mp.get_context("spawn")
@@ -98,7 +100,7 @@ def main() -> int:
         if args.profile:
             exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
             spy = subprocess.Popen([exe, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "200",
-                                    "--output", str(args.profile), "--nonblocking"],
+                                    "--output", str(args.profile), "--nonblocking"] + (["--gil"] if args.gil else []),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             time.sleep(1.0)
         stats0 = batch_stats(url)

@@ -7,10 +7,11 @@ while a single instance never runs two at once (Triton's semantics; also what no
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from asr_server.backends.base import Backend
 from asr_server.errors import ErrorCode, ServerError, as_server_error, internal
@@ -53,32 +54,37 @@ class InstancePool:
         self.instances = list(instances)
         self.stats = stats
         self.decoupled = decoupled
-        self._idle: Optional[asyncio.Queue[Instance]] = None
-
-    def _idle_queue(self) -> asyncio.Queue[Instance]:
-        # Created lazily so the queue binds to the running loop.
-        if self._idle is None:
-            self._idle = asyncio.Queue()
-            for instance in self.instances:
-                self._idle.put_nowait(instance)
-        return self._idle
+        self._idle: collections.deque[Instance] = collections.deque(self.instances)
+        self._released: Optional[asyncio.Event] = None  # created lazily so that it binds to the running loop
 
     @property
     def idle_count(self) -> int:
-        return self._idle_queue().qsize()
+        return len(self._idle)
+
+    async def wait_for_idle(self) -> None:
+        """Returns once some instance is idle."""
+        while not self._idle:
+            if self._released is None:
+                self._released = asyncio.Event()
+            self._released.clear()
+            await self._released.wait()
 
     async def acquire(self) -> Instance:
-        return await self._idle_queue().get()
+        await self.wait_for_idle()
+        return self._idle.popleft()
 
     def release(self, instance: Instance) -> None:
-        self._idle_queue().put_nowait(instance)
+        self._idle.append(instance)
+        if self._released is not None:
+            self._released.set()
 
-    def try_acquire(self) -> Optional[Instance]:
-        """An idle instance now, or None."""
-        try:
-            return self._idle_queue().get_nowait()
-        except asyncio.QueueEmpty:
-            return None
+    def try_acquire(self, accept: Optional[Callable[[Instance], bool]] = None) -> Optional[Instance]:
+        """An idle instance now (the first that `accept` accepts, when given), or None."""
+        for instance in self._idle:
+            if accept is None or accept(instance):
+                self._idle.remove(instance)
+                return instance
+        return None
 
     async def run(self, batch: list[Pending], instance: Optional[Instance] = None) -> None:
         """Execute `batch` on `instance` (or the next idle one); returns once every response is delivered

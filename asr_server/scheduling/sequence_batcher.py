@@ -1,6 +1,10 @@
 """Triton's sequence batcher: requests of one sequence run in order; requests of different sequences
 share a batch (the `oldest` strategy; `direct` is treated the same way, without padding slots).
 
+- Every request of a sequence runs on the same model instance (assigned at START, round robin), as in
+  Triton: a model that keeps per-sequence state in its instance (python models do) can have several
+  instances, and they run batches of their own sequences concurrently.
+
 - A sequence starts with START and a non-zero id, and ends with END or after
   max_sequence_idle_microseconds without a request (its state is then freed).
 - Control inputs (START/END/READY/CORRID) are added to each request as the config declares them.
@@ -23,7 +27,7 @@ from asr_server.errors import ErrorCode, ServerError, as_server_error, invalid_a
 from asr_server.heap import HeapTrimmer
 from asr_server.scheduling import sequence_state as ss
 from asr_server.scheduling.base import Scheduler
-from asr_server.scheduling.instances import InstancePool
+from asr_server.scheduling.instances import Instance, InstancePool
 from asr_server.scheduling.pending import Delivery, Pending
 from asr_server.types import InferResponse, SequenceId, Tensor
 
@@ -44,6 +48,7 @@ class Sequence:
     running: bool = False
     ended: bool = False
     states: dict = dataclasses.field(default_factory=dict)  # input_name -> array (no batch dim)
+    instance: Optional[Instance] = None  # the model instance that runs every request of this sequence
 
 
 class SequenceBatcher(Scheduler):
@@ -72,6 +77,7 @@ class SequenceBatcher(Scheduler):
         self._forming: list[Pending] = []  # taken from their queues, not yet handed to an instance
         self.failure: Optional[str] = None  # set when the batching loop could not go on (model not ready)
         self.trimmer = HeapTrimmer()  # gives freed sequence state back to the system once all are gone
+        self._assigned = 0  # sequences assigned to instances so far (round robin)
 
     @property
     def healthy(self) -> bool:
@@ -100,8 +106,10 @@ class SequenceBatcher(Scheduler):
             return
         sequence = self.sequences.get(control.id)
         if control.start:
+            instance = None
             if sequence is not None and not sequence.queue and not sequence.running:
-                del self.sequences[control.id]  # a new START restarts the sequence
+                instance = sequence.instance  # a new START restarts the sequence, on the same instance
+                del self.sequences[control.id]
                 sequence = None
             if sequence is None:
                 if len(self.sequences) >= self.max_sequences:
@@ -109,7 +117,7 @@ class SequenceBatcher(Scheduler):
                         f"model '{self.model_name}' has reached its limit of {self.max_sequences} live sequences",
                         ErrorCode.RESOURCE_EXHAUSTED))
                     return
-                sequence = Sequence(control.id, loop.time())
+                sequence = Sequence(control.id, loop.time(), instance=instance or self._next_instance())
                 self.sequences[control.id] = sequence
         elif sequence is None or sequence.ended:
             self._refuse(pending, invalid_argument(
@@ -125,6 +133,11 @@ class SequenceBatcher(Scheduler):
         if self._loop_task is None:
             self._loop_task = loop.create_task(self._batch_loop())
             self._loop_task.add_done_callback(self._loop_ended)
+
+    def _next_instance(self) -> Instance:
+        instances = self.pool.instances
+        self._assigned += 1
+        return instances[self._assigned % len(instances)]
 
     def _refuse(self, pending: Pending, error: ServerError) -> None:
         """Fail a request the batcher will not run (nv_inference_request_failure{reason="OTHER"})."""
@@ -155,30 +168,42 @@ class SequenceBatcher(Scheduler):
                     raise
 
     async def _step(self) -> None:
-        """Wait for work, then hand one batch to an instance."""
+        """Wait for work, then hand one batch to an instance: the sequences of an idle instance, as soon
+        as they fill a batch, their oldest request's queue delay has passed, or no other may come."""
+        if not self.pool.idle_count:
+            await self.pool.wait_for_idle()  # nothing can start before; arrivals just queue meanwhile
         loop = asyncio.get_running_loop()
-        self._evict_idle(loop.time())
-        heads = self._heads()
-        if not heads:
-            self._ready.clear()
-            await self._wait(self._next_idle_deadline(loop.time()))
+        now = loop.time()
+        self._evict_idle(now)
+        wake_at = self._next_idle_deadline(now)
+        for instance, group in self._heads_by_instance().items():
+            deadline = group[0].queue[0].deadline or 0.0
+            if len(group) < self.max_batch and now < deadline and self._more_may_come(instance):
+                wake_at = deadline if wake_at is None else min(wake_at, deadline)
+                continue
+            if self.pool.try_acquire(lambda idle: idle is instance) is None:
+                continue  # busy: its batch finishing sets _ready
+            try:
+                batch = self._take(group[: self.max_batch])
+            except BaseException:
+                self.pool.release(instance)
+                raise
+            self._forming = []
+            if not batch:
+                self.pool.release(instance)
+                return
+            self._spawn(self._run(batch, instance))
             return
-        deadline = heads[0].queue[0].deadline or 0.0
-        if len(heads) < self.max_batch and loop.time() < deadline and self._more_may_come():
-            self._ready.clear()
-            await self._wait(deadline)
-            return
-        instance = await self.pool.acquire()
-        try:
-            batch = self._take(self._heads()[: self.max_batch])
-        except BaseException:
-            self.pool.release(instance)
-            raise
-        self._forming = []
-        if not batch:
-            self.pool.release(instance)
-            return
-        self._spawn(self._run(batch, instance))
+        self._ready.clear()
+        await self._wait(wake_at)
+
+    def _heads_by_instance(self) -> dict[Instance, list[Sequence]]:
+        """The runnable sequences of each instance, oldest request first; instances in the order of their
+        oldest request."""
+        groups: dict[Instance, list[Sequence]] = {}
+        for sequence in self._heads():
+            groups.setdefault(sequence.instance, []).append(sequence)
+        return groups
 
     def _fail_forming(self, exc: BaseException) -> int:
         """Fail the requests the failed step had taken (each exactly once) and forget their sequences,
@@ -213,9 +238,9 @@ class SequenceBatcher(Scheduler):
                 sequence.queue.popleft().fail(error)
         self.sequences.clear()
 
-    def _more_may_come(self) -> bool:
-        """Waiting for the queue delay only helps while other live sequences might send."""
-        return any(not s.queue and not s.running for s in self.sequences.values())
+    def _more_may_come(self, instance: Instance) -> bool:
+        """Waiting for the queue delay only helps while other live sequences of the instance might send."""
+        return any(s.instance is instance and not s.queue and not s.running for s in self.sequences.values())
 
     async def _wait(self, deadline: Optional[float]) -> None:
         loop = asyncio.get_running_loop()

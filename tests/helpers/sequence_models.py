@@ -101,8 +101,10 @@ PY_ACCUMULATOR_CONFIG = """
       oldest {{ max_candidate_sequences: 64 max_queue_delay_microseconds: 1000 }}
     """ + SEQUENCE_CONTROLS.replace("{", "{{").replace("}", "}}") + """
     }}
+    instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
 """
 
 
-def py_accumulator(repo: Path, name: str = "py_accumulator") -> Path:
-    return python_model(repo, name, PY_ACCUMULATOR_CONFIG.format(name=name), PY_ACCUMULATOR_SOURCE)
+def py_accumulator(repo: Path, name: str = "py_accumulator", instances: int = 1) -> Path:
+    return python_model(repo, name, PY_ACCUMULATOR_CONFIG.format(name=name, instances=instances),
+                        PY_ACCUMULATOR_SOURCE)

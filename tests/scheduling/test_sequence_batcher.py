@@ -75,6 +75,26 @@ async def test_implicit_state_running_sums_of_50_interleaved_sequences(tmp_path:
         await client.close()
 
 
+async def test_each_sequence_stays_on_one_of_several_instances(tmp_path: Path, running, client_of):
+    # py_accumulator keeps its sums in the instance: a step that ran on the other instance would not find
+    # its sequence's sum (Triton routes every request of a sequence to the same instance).
+    py_accumulator(tmp_path, instances=3)
+    sequences, steps = 30, 4
+    requests = [dict(model_name="py_accumulator", inputs=x_input(float(seq + 1), "X"), request_id=f"{seq}:{step}",
+                     sequence_id=500 + seq, sequence_start=step == 0, sequence_end=step == steps - 1)
+                for step in range(steps) for seq in range(sequences)]
+    async with running(tmp_path, allow_http=False) as server:
+        client = client_of(server)
+        scheduler = server.manager.get("py_accumulator").scheduler
+        results = await stream_all(client, requests)
+        assert all(error is None for _, error in results), [e for _, e in results if e][:3]
+        got = {r.get_response().id: float(r.as_numpy("SUM")[0, 0]) for r, _ in results}
+        assert got == {f"{seq}:{step}": (seq + 1) * (step + 1) for seq in range(sequences) for step in range(steps)}
+        assert scheduler.sequences == {}
+        assert scheduler.pool.idle_count == 3
+        await client.close()
+
+
 async def test_sequence_errors_and_restart(tmp_path: Path, running, client_of):
     accumulator(tmp_path)
     async with running(tmp_path, allow_http=False) as server:
