@@ -119,7 +119,8 @@ class OpenVINOBackend(TensorBatchBackend):
         except Exception as exc:
             raise internal(f"failed to load model '{context.name}': {exc}") from exc
         self._request = self.compiled.create_infer_request()
-        self._input_types = {port.get_any_name(): port.get_element_type() for port in self.compiled.inputs}
+        # Keyed by every name of a port: a compiled port's "any name" may be another of its names.
+        self._input_types = {name: port.get_element_type() for port in self.compiled.inputs for name in port.get_names()}
 
     def unload(self) -> None:
         self._request = None
@@ -291,6 +292,10 @@ class OpenVINOOptions:
             "NUM_STREAMS": 1,
             # Pinned threads of several instances and models would contend for the same cores.
             "ENABLE_CPU_PINNING": False,
+            # OpenVINO's CPU plugin computes in bf16 by default where the CPU has bf16 instructions (AMX,
+            # AVX512_BF16), which moved encoder outputs by up to 2e-2; Triton's backend makes bf16 opt-in
+            # (HINT_BF16), so f32 is asked for unless it is given.
+            "INFERENCE_PRECISION_HINT": "f32",
         }
         for key in ("INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS"):
             if key in parameters:
@@ -321,7 +326,9 @@ class OpenVINOOptions:
             properties["INFERENCE_PRECISION_HINT"] = "bf16"
         device = parameters.get("TARGET_DEVICE", "").strip().upper() or "CPU"
         if device != "CPU":
-            properties.pop("ENABLE_CPU_PINNING")  # a CPU plugin property
+            properties.pop("ENABLE_CPU_PINNING")  # CPU plugin properties
+            if properties["INFERENCE_PRECISION_HINT"] == "f32":
+                properties.pop("INFERENCE_PRECISION_HINT")
         return cls(
             device=device,
             properties=properties,

@@ -198,6 +198,13 @@ def test_default_threads_are_per_instance(tmp_path: Path) -> None:
     compiled = load(ir_folder(tmp_path, "m", 'backend: "openvino"')).compiled
     assert compiled.get_property("INFERENCE_NUM_THREADS") == DEFAULT_INFERENCE_THREADS
     assert compiled.get_property("NUM_STREAMS") == 1
+    assert compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.f32  # bf16 only with HINT_BF16
+
+
+def test_hint_bf16_asks_for_bf16(tmp_path: Path) -> None:
+    compiled = load(ir_folder(tmp_path, "m", 'backend: "openvino"\n' + parameters(HINT_BF16="YES"))).compiled
+    has_bf16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    assert compiled.get_property("INFERENCE_PRECISION_HINT") == (ov.Type.bf16 if has_bf16 else ov.Type.f32)
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
