@@ -1,0 +1,427 @@
+"""The analysis loop: candidates from a search, loaded on the server, measured at every load point, ranked.
+
+    Analyzer(options).run() -> Summary
+
+Output folder (Model Analyzer's layout where it has one):
+    results/metrics-model-inference.csv
+    output_model_repository/<model>_config_<n>/config.pbtxt     every candidate config measured
+    best_model_repository/<model>/...                            the best configuration, ready to serve
+    reports/summary.html, reports/throughput_vs_latency.png
+    checkpoints/0.ckpt                                           (unless --checkpoint says otherwise)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from asr_server.analyzer import audio_data, objectives, perf, results, report, search
+from asr_server.analyzer.checkpoint import Checkpoint, Record
+from asr_server.analyzer.objectives import Constraints, Measured
+from asr_server.analyzer.search import SHIPPED, Candidate, Coordinate
+from asr_server.analyzer.server import LocalServer, ModelControl, RemoteServer
+from asr_server.analyzer.variants import (Variant, apply_variant, instance_group_text, is_sequence, knobs_for,
+                                          shipped_value, to_pbtxt)
+
+log = logging.getLogger("asr_model_analyzer")
+ENSEMBLE = "ensemble"
+BRUTE, HILL = "brute", "hill"
+
+
+@dataclass(frozen=True)
+class AnalyzerOptions:
+    model: str  # the model or ensemble to analyse
+    export_path: Path  # where results, configs and the report go
+    repository: Optional[Path] = None  # start our server on a copy of this repository (and read configs here)
+    url: Optional[str] = None  # else: a running server with --model-control-mode=explicit
+    bls_composing_models: tuple[str, ...] = ()  # models the tuned ones call (BLS): searched and loaded too
+    grid: dict = field(default_factory=dict)  # {"*" or model: {knob: (values...)}}
+    search: str = HILL  # "brute": every grid point; "hill": hill climbing from the shipped config
+    max_candidates: int = 12  # configurations measured at most (the shipped one included)
+    min_gain: float = 0.02  # hill climbing moves only for a relative gain above this
+    objective: str = objectives.THROUGHPUT
+    constraints: Constraints = Constraints()
+    concurrency: tuple[int, ...] = (1, 4)  # perf_analyzer load points (sequences for sequence models)
+    request_rate: tuple[float, ...] = ()  # perf_analyzer request rates instead of concurrencies
+    paced_streams: tuple[int, ...] = (2, 4, 8)  # paced_streams objective: stream counts, ascending
+    paced_seconds: float = 10.0  # audio per paced stream at each point
+    chunk_ms: float = 640.0  # streaming chunk length (perf_analyzer data and paced streams)
+    audio: Optional[Path] = None  # real audio for WAV/WAV_LENS inputs (a Kaldi-style folder or audio files)
+    audio_limit: int = 6  # utterances taken from `audio`
+    shape: tuple[str, ...] = ()  # perf_analyzer --shape NAME:dims for variable-size inputs
+    input_data: Optional[Path] = None  # a ready perf_analyzer --input-data file
+    sequence_length: Optional[int] = None  # perf_analyzer --sequence-length without audio data
+    perf: Optional[perf.PerfSettings] = None
+    checkpoint: Optional[Path] = None
+    progress: bool = True
+
+    def __post_init__(self):
+        if (self.repository is None) == (self.url is None):
+            raise ValueError("give a model repository (our server is started) or the url of a running server")
+        if self.search not in (BRUTE, HILL):
+            raise ValueError(f"search must be '{BRUTE}' or '{HILL}'")
+        if self.objective not in objectives.OBJECTIVES:
+            raise ValueError(f"objective must be one of {objectives.OBJECTIVES}")
+        if self.objective == objectives.PACED_STREAMS:
+            if self.audio is None or not self.paced_streams:
+                raise ValueError("the paced_streams objective needs --audio and --paced-streams")
+        elif not (self.concurrency or self.request_rate):
+            raise ValueError("give --concurrency or --request-rate load points")
+        if self.max_candidates < 1:
+            raise ValueError("max_candidates must be at least 1")
+
+
+@dataclass(frozen=True)
+class Summary:
+    best: Candidate
+    best_name: str
+    best_score: tuple
+    shipped_score: tuple
+    csv_path: Path
+    report_path: Path
+    best_repository: Path
+    measured_points: int  # measured in this run (not taken from the checkpoint)
+    resumed_points: int  # taken from the checkpoint
+
+
+class Analyzer:
+    def __init__(self, options: AnalyzerOptions):
+        self.o = options
+        self.perf = options.perf or perf.PerfSettings(perf.find_binary())
+        self.export = Path(options.export_path)
+        self.candidates_dir = self.export / "output_model_repository"
+        self.control: Optional[ModelControl] = None
+        self.loaded: dict[str, str] = {}  # model -> variant key currently loaded
+        self.file_configs: dict[str, mc.ModelConfig] = {}  # as written in the repository: what we edit
+        self.effective: dict[str, mc.ModelConfig] = {}  # as the server completed them: what actually runs
+        self.top_config: Optional[mc.ModelConfig] = None
+        self.tuned: list[str] = []
+        self.scores: dict[str, tuple] = {}
+        self.candidates: dict[str, Candidate] = {}
+        self.measured = self.resumed = 0
+        self.bar = None
+        self.utterances = None
+
+    # ---- set-up ---------------------------------------------------------------------------------------
+    def _server(self):
+        if self.o.repository is not None:
+            models = self._models_from_repository()
+            return LocalServer(self.o.repository, models, self.export / "server.log")
+        return RemoteServer(self.o.url)
+
+    def _read_file_config(self, name: str) -> mc.ModelConfig:
+        from asr_server.repository import read_config
+
+        if self.o.repository is not None:
+            return read_config(Path(self.o.repository) / name)
+        return self.control.config(name)  # a running server: its (completed) config is all we can read
+
+    def _models_from_repository(self) -> list[str]:
+        from asr_server.repository import read_config
+
+        top = read_config(Path(self.o.repository) / self.o.model)
+        steps = [s.model_name for s in top.ensemble_scheduling.step] if top.platform == ENSEMBLE else []
+        return list(dict.fromkeys([self.o.model, *steps, *self.o.bls_composing_models]))
+
+    def _plan(self) -> None:
+        self.top_config = self._read_file_config(self.o.model)
+        if self.top_config.platform == ENSEMBLE:
+            self.tuned = list(dict.fromkeys(s.model_name for s in self.top_config.ensemble_scheduling.step))
+        else:
+            self.tuned = [self.o.model]
+        self.tuned = list(dict.fromkeys(self.tuned + list(self.o.bls_composing_models)))
+        for name in self.tuned:
+            self.file_configs[name] = self._read_file_config(name)
+
+    def _coordinates(self, effective: dict[str, mc.ModelConfig]) -> tuple[list[Coordinate], list[int]]:
+        """One coordinate per (tuned model, knob) the grid names; the start index is the shipped value's,
+        which is added to the values when the grid leaves it out (so a climb starts where the model is)."""
+        coords, start = [], []
+        for name in self.tuned:
+            for knob in knobs_for(effective[name]):
+                values = (self.o.grid.get(name, {}) or {}).get(knob, self.o.grid.get("*", {}).get(knob))
+                if not values:
+                    continue
+                values = list(dict.fromkeys(values))
+                shipped = shipped_value(effective[name], knob)
+                if self.o.search == HILL and shipped not in values and shipped is not None:
+                    values.append(shipped)
+                    if all(isinstance(v, (int, float)) for v in values):
+                        values.sort()
+                coords.append(Coordinate(name, knob, tuple(values)))
+                start.append(values.index(shipped) if shipped in values else 0)
+        return coords, start
+
+    def _workload(self) -> perf.Workload:
+        sequence = any(is_sequence(c) for c in self.file_configs.values())
+        decoupled = any(c.model_transaction_policy.decoupled for c in self.file_configs.values())
+        if self.o.input_data is not None:
+            args: tuple[str, ...] = ("--input-data", str(self.o.input_data))
+        elif self.o.audio is not None:
+            data = (audio_data.streaming_data(self._utterances(), self.o.chunk_ms) if sequence
+                    else audio_data.offline_data(self._utterances()))
+            path = audio_data.write(data, self.export / "input_data.json")
+            args = ("--input-data", str(path))
+        else:
+            args = tuple(a for s in self.o.shape for a in ("--shape", s))
+        return perf.Workload(input_args=args, sequence=sequence, streaming=sequence or decoupled,
+                             sequence_length=self.o.sequence_length)
+
+    def _utterances(self):
+        if self.utterances is None:
+            self.utterances = audio_data.load_utterances(self.o.audio, self.o.audio_limit)
+        return self.utterances
+
+    def _load_points(self) -> list[tuple[str, Any]]:
+        if self.o.objective == objectives.PACED_STREAMS:
+            return [(f"s{n}", n) for n in sorted(self.o.paced_streams)]
+        if self.o.request_rate:
+            return [(p.key(), p) for p in (perf.LoadPoint(request_rate=r) for r in self.o.request_rate)]
+        return [(p.key(), p) for p in (perf.LoadPoint(concurrency=c) for c in self.o.concurrency)]
+
+    # ---- configurations -------------------------------------------------------------------------------
+    def config_of(self, name: str, variant: Variant) -> mc.ModelConfig:
+        return apply_variant(self.file_configs[name], variant)
+
+    def ensemble_config(self, candidate: Candidate) -> Optional[mc.ModelConfig]:
+        """The ensemble's config with max_batch_size no larger than its steps' (Triton refuses it otherwise)."""
+        if self.top_config is None or self.top_config.platform != ENSEMBLE:
+            return None
+        config = mc.ModelConfig()
+        config.CopyFrom(self.top_config)
+        limits = [self.config_of(s, candidate.variant(s)).max_batch_size
+                  for s in dict.fromkeys(x.model_name for x in self.top_config.ensemble_scheduling.step)]
+        if config.max_batch_size > 0 and limits and min(limits) > 0:
+            config.max_batch_size = min(config.max_batch_size, min(limits))
+        return config
+
+    def names(self, candidate: Candidate) -> dict[str, str]:
+        return {m: self.checkpoint.name_for(m, candidate.variant(m).describe()) for m in self.tuned}
+
+    def config_path(self, candidate: Candidate) -> str:
+        names = self.names(candidate)
+        if self.top_config.platform != ENSEMBLE and len(self.tuned) == 1:
+            return names[self.o.model]
+        top = self.checkpoint.name_for(self.o.model, candidate.key() if candidate.variants else "shipped")
+        return f"{top}: " + ", ".join(names[m] for m in self.tuned)
+
+    def _write_candidate(self, candidate: Candidate) -> None:
+        for model, name in self.names(candidate).items():
+            folder = self.candidates_dir / name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "config.pbtxt").write_text(to_pbtxt(self.config_of(model, candidate.variant(model))))
+
+    def _ensure_loaded(self, candidate: Candidate) -> None:
+        wanted = {m: candidate.variant(m).describe() for m in self.tuned}
+        changed = [m for m in self.tuned if self.loaded.get(m) != wanted[m]]
+        top = self.ensemble_config(candidate)
+        if not changed and (top is None or self.loaded.get(self.o.model) == candidate.key()):
+            return
+        if top is not None and self.o.model in self.loaded:
+            self.control.unload(self.o.model)
+            self.loaded.pop(self.o.model)
+        for m in changed:
+            self.loaded.pop(m, None)
+            self.control.load(m, self.config_of(m, candidate.variant(m)))
+            self.loaded[m] = wanted[m]
+        if top is not None:
+            self.control.load(self.o.model, top)
+            self.loaded[self.o.model] = candidate.key()
+
+    # ---- measuring ------------------------------------------------------------------------------------
+    def evaluate(self, candidate: Candidate) -> tuple:
+        self.candidates[candidate.key()] = candidate
+        self._write_candidate(candidate)
+        records = []
+        for load_key, point in self.load_points:
+            record = self.checkpoint.find(candidate.key(), load_key)
+            if record is None:
+                record = self._measure(candidate, load_key, point)
+                self.checkpoint.add(record)
+                self.measured += 1
+            else:
+                self.resumed += 1
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"{load_key} {record.throughput:.1f}/s p99 {record.p99_ms:.0f} ms", False)
+                self.bar.update(1)
+            records.append(record)
+            # Paced streams go up in count until one fails: more streams will not do better.
+            if self.o.objective == objectives.PACED_STREAMS and not self.o.constraints.satisfied(_measured(record)):
+                break
+        key = objectives.score(self.o.objective, self.o.constraints, (_measured(r) for r in records))
+        self.scores[candidate.key()] = key
+        log.info("%s (%s): %s", self.config_path(candidate), candidate.describe(), key)
+        return key
+
+    def _measure(self, candidate: Candidate, load_key: str, point) -> Record:
+        generator = "paced" if self.o.objective == objectives.PACED_STREAMS else "perf_analyzer"
+        base = dict(candidate=candidate.key(), load=load_key, generator=generator)
+        try:
+            self._ensure_loaded(candidate)
+        except Exception as exc:  # a config the server refuses is a result too: recorded, never retried
+            self.loaded.clear()
+            return Record(**base, error=f"load failed: {exc}"[:500])
+        if generator == "paced":
+            from asr_server.analyzer.paced import run_paced
+
+            r = run_paced(self.control.url, self.o.model, self._utterances(), point, self.o.paced_seconds,
+                          self.o.chunk_ms)
+            return Record(**base, concurrency=point, throughput=r.chunks_per_s, p99_ms=r.chunk_p99_ms,
+                          p50_ms=r.chunk_p50_ms, final_p99_ms=r.final_p99_ms, streams=point,
+                          memory_mb=self.control.memory_mb(), error=r.first_error if r.errors else "")
+        try:
+            m = perf.measure(self.perf, self.control.url, self.o.model, self.workload, point)
+        except perf.PerfError as exc:
+            return Record(**base, concurrency=point.concurrency, request_rate=point.request_rate,
+                          error=str(exc)[:500])
+        return Record(**base, concurrency=point.concurrency, request_rate=point.request_rate,
+                      throughput=m.throughput, p99_ms=m.p99_ms, p95_ms=m.p95_ms, p50_ms=m.p50_ms, avg_ms=m.avg_ms,
+                      memory_mb=self.control.memory_mb())
+
+    # ---- the run --------------------------------------------------------------------------------------
+    def run(self) -> Summary:
+        self.export.mkdir(parents=True, exist_ok=True)
+        with self._server() as control:
+            self.control = control
+            try:
+                return self._run()
+            finally:
+                if self.o.url is not None:
+                    self._restore_shipped()
+                control.close()
+
+    def _restore_shipped(self) -> None:
+        """A running server is left serving its shipped configs (loaded again from its repository)."""
+        with contextlib.suppress(Exception):
+            for m in self.tuned:
+                self.control.load(m)
+            if self.top_config is not None and self.top_config.platform == ENSEMBLE:
+                self.control.load(self.o.model)
+
+    def _run(self) -> Summary:
+        self._plan()
+        self.workload = self._workload()
+        self.load_points = self._load_points()
+        identity = {"model": self.o.model, "tuned": self.tuned, "loads": [k for k, _ in self.load_points],
+                    "workload": [self.workload.sequence, self.workload.streaming, self.workload.sequence_length,
+                                 self.workload.batch_size, self.o.objective == objectives.PACED_STREAMS,
+                                 self.o.paced_seconds, self.o.chunk_ms, str(self.o.audio), self.o.audio_limit,
+                                 list(self.o.shape), str(self.o.input_data)],
+                    "perf": [self.perf.measurement_interval_ms, self.perf.max_trials]}
+        self.checkpoint = Checkpoint.open(self.o.checkpoint or self.export / "checkpoints" / "0.ckpt", identity)
+        # The shipped configs as the server completes them: a knob's shipped value is what the model runs with.
+        self._ensure_loaded(SHIPPED)
+        self.effective = {m: self.control.config(m) for m in self.tuned}
+        coords, start = self._coordinates(self.effective)
+        total = self.o.max_candidates * len(self.load_points)
+        if self.o.progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=f"analyzing {self.o.model}", unit="point")
+        try:
+            if self.o.search == BRUTE:
+                best, best_key = search.brute_force(coords, self.evaluate, self.o.max_candidates)
+            else:
+                best, best_key = search.hill_climb(coords, start, self.evaluate, self.o.max_candidates,
+                                                   self.o.min_gain)
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+        return self._write_outputs(best, best_key)
+
+    # ---- outputs --------------------------------------------------------------------------------------
+    def _rows(self) -> list[tuple[tuple, results.Row]]:
+        rows = []
+        for key, candidate in self.candidates.items():
+            # The cells show what ran: the server's completed config (onnxruntime gets 2 CPU instances by default)
+            configs = [apply_variant(self.effective[m], candidate.variant(m)) for m in self.tuned]
+            for record in (r for r in self.checkpoint.records if r.candidate == key):
+                m = _measured(record)
+                load = (f"{record.request_rate:g}" if record.request_rate is not None else str(record.concurrency))
+                rows.append(((self.o.constraints.satisfied(m), objectives.value(self.o.objective, m)), results.Row(
+                    model=self.o.model, batch=self.workload.batch_size, load=load,
+                    config_path=self.config_path(candidate),
+                    instance_group=",".join(instance_group_text(c) for c in configs),
+                    max_batch_size=",".join(str(c.max_batch_size) for c in configs),
+                    satisfies=self.o.constraints.satisfied(m), throughput=record.throughput, p99_ms=record.p99_ms,
+                    avg_ms=record.avg_ms, p95_ms=record.p95_ms, memory_mb=record.memory_mb,
+                    final_p99_ms=record.final_p99_ms, generator=record.generator if not record.error
+                    else f"{record.generator} (error: {record.error[:120]})")))
+        rows.sort(key=lambda kr: kr[0], reverse=True)
+        return rows
+
+    def _write_best_repository(self, best: Candidate) -> Path:
+        out = self.export / "best_model_repository"
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        models = {m: self.config_of(m, best.variant(m)) for m in self.tuned}
+        top = self.ensemble_config(best)
+        if top is not None:
+            models[self.o.model] = top
+        for name, config in models.items():
+            folder = out / name
+            if self.o.repository is not None:
+                _link_tree(Path(self.o.repository) / name, folder)
+                (folder / "config.pbtxt").unlink(missing_ok=True)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "config.pbtxt").write_text(to_pbtxt(config))
+        return out
+
+    def _write_outputs(self, best: Candidate, best_key: tuple) -> Summary:
+        rows = self._rows()
+        csv_path = results.write_csv([r for _, r in rows], self.export / "results" / results.FILENAME,
+                                     request_rate=bool(self.o.request_rate)
+                                     and self.o.objective != objectives.PACED_STREAMS)
+        best_repo = self._write_best_repository(best)
+        ranked = []
+        for key, candidate in self.candidates.items():
+            recs = [r for r in self.checkpoint.records if r.candidate == key and not r.error]
+            score = self.scores.get(key, (0, 0.0))
+            ranked.append((score, report.CandidateSummary(
+                name=self.config_path(candidate), description=candidate.describe(),
+                points=tuple((r.load, r.p99_ms, r.throughput) for r in recs), satisfies=score[0] == 1,
+                score=f"{score[1]:.2f}" if score[0] == 1 else "no point meets the constraints",
+                shipped=candidate == SHIPPED, best=candidate == best)))
+        ranked.sort(key=lambda sr: sr[0], reverse=True)
+        summaries = [s for _, s in ranked]
+        shown = [s for s in summaries[:report.TOP]] + [s for s in summaries[report.TOP:] if s.shipped]
+        reports = self.export / "reports"
+        reports.mkdir(parents=True, exist_ok=True)
+        paced = self.o.objective == objectives.PACED_STREAMS
+        png = report.plot(shown, reports / "throughput_vs_latency.png", f"{self.o.model}: {self.o.objective}",
+                          "chunk p99 latency (ms)" if paced else "p99 latency (ms)",
+                          "chunks/s" if paced else "throughput (infer/s)")
+        shipped_key = self.scores.get(SHIPPED.key(), (0, 0.0))
+        notes = [f"objective: {self.o.objective}; constraints: {self.o.constraints}",
+                 f"search: {self.o.search}, {len(self.candidates)} configurations, load points "
+                 f"{', '.join(k for k, _ in self.load_points)}",
+                 f"best: {self.config_path(best)} ({best.describe()}), objective {best_key[1]:.2f}"
+                 f" vs shipped {shipped_key[1]:.2f}",
+                 f"tuned models: {', '.join(self.tuned)}"]
+        html_path = report.write_html(shown, reports / "summary.html", f"asr-model-analyzer: {self.o.model}",
+                                      notes, png.name)
+        return Summary(best, self.config_path(best), best_key, shipped_key, csv_path, html_path, best_repo,
+                       self.measured, self.resumed)
+
+
+def _measured(r: Record) -> Measured:
+    return Measured(throughput=r.throughput, p99_ms=r.p99_ms, memory_mb=r.memory_mb, streams=r.streams,
+                    error=r.error)
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Copy a model folder, hard-linking files where the file system allows (graphs are large)."""
+    def link_or_copy(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dst, copy_function=link_or_copy, ignore=shutil.ignore_patterns("__pycache__"))
