@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 TOP = 10  # configurations drawn and listed (besides the shipped one)
 
@@ -23,8 +23,12 @@ class CandidateSummary:
 
 
 def plot(summaries: Sequence[CandidateSummary], path: Path, title: str, x_label: str = "p99 latency (ms)",
-         y_label: str = "throughput (infer/s)") -> Path:
-    import matplotlib
+         y_label: str = "throughput (infer/s)") -> Optional[Path]:
+    """The PNG, or None without matplotlib (the `analyzer` extra)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
 
     matplotlib.use("Agg")  # no display here, and none needed
     import matplotlib.pyplot as plt
@@ -52,7 +56,7 @@ def plot(summaries: Sequence[CandidateSummary], path: Path, title: str, x_label:
 
 
 def write_html(summaries: Sequence[CandidateSummary], path: Path, title: str, notes: Sequence[str],
-               image: str) -> Path:
+               image: Optional[str]) -> Path:
     rows = []
     for s in summaries:
         loads = "<br>".join(f"{html.escape(l)}: {t:.1f}/s, p99 {p:.1f} ms" for l, p, t in s.points)
@@ -60,11 +64,12 @@ def write_html(summaries: Sequence[CandidateSummary], path: Path, title: str, no
         rows.append(f"<tr><td>{tag}</td><td>{html.escape(s.name)}</td><td>{html.escape(s.description)}</td>"
                     f"<td>{'Yes' if s.satisfies else 'No'}</td><td>{html.escape(s.score)}</td><td>{loads}</td></tr>")
     body = "\n".join(rows)
+    picture = f'<img src="{html.escape(image)}" alt="throughput vs p99 latency">' if image else ""
     items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif}} td,th{{border:1px solid #ccc;padding:3px 6px;font-size:13px;vertical-align:top}}
 table{{border-collapse:collapse}}</style></head><body>
-<h1>{html.escape(title)}</h1><ul>{items}</ul><img src="{html.escape(image)}" alt="throughput vs p99 latency">
+<h1>{html.escape(title)}</h1><ul>{items}</ul>{picture}
 <table><tr><th></th><th>Model Config Path</th><th>knobs</th><th>Satisfies Constraints</th><th>objective</th>
 <th>load points</th></tr>
 {body}

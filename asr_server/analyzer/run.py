@@ -406,7 +406,7 @@ class Analyzer:
                  f" vs shipped {shipped_key[1]:.2f}",
                  f"tuned models: {', '.join(self.tuned)}"]
         html_path = report.write_html(shown, reports / "summary.html", f"asr-model-analyzer: {self.o.model}",
-                                      notes, png.name)
+                                      notes, png.name if png else None)
         return Summary(best, self.config_path(best), best_key, shipped_key, csv_path, html_path, best_repo,
                        self.measured, self.resumed)
 
