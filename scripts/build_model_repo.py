@@ -101,7 +101,8 @@ def write(repo: Path, name: str, text: str, files: dict[str, Path] = {}, assets:
 
 
 def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: int, right_context: int,
-          subsampling: int, max_batch: int, search: str = "prefix_beam", rescoring: bool = True) -> None:
+          subsampling: int, max_batch: int, search: str = "prefix_beam", rescoring: bool = True,
+          hotwords: Path | None = None, endpoint: bool = False) -> None:
     enc = graph_io(onnx_dir / "encoder.onnx")
     senc = graph_io(onnx_dir / "streaming_encoder.onnx")
     dec = graph_io(onnx_dir / "decoder.onnx")
@@ -117,6 +118,9 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
     if (model_dir / "bpe.model").exists():
         shared["bpe_model"] = "bpe.model"
         tokenizer_files["bpe.model"] = model_dir / "bpe.model"
+    if hotwords is not None:  # the model's hotwords, copied next to the decoding models' configs
+        shared["hotwords_file"] = "hotwords.txt"
+        tokenizer_files["hotwords.txt"] = hotwords
     fbank = {"num_mel_bins": mel, "frame_length_ms": 25, "frame_shift_ms": 10, "sample_rate": 16000}
     wav_in = [tensor("wav", "TYPE_FP32", [-1]), tensor("wav_lens", "TYPE_INT32", [1])]
     speech_out = [tensor("speech", "TYPE_FP32", [-1, mel]), tensor("speech_lengths", "TYPE_INT32", [1])]
@@ -241,6 +245,8 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
     wenet_params = {**shared, "num_mel_bins": mel, "encoder_output_size": d_model, "chunk_size": chunk_size,
                     "right_context": right_context, "subsampling_rate": subsampling,
                     "decoding_window": window, "idle_seconds": SEQUENCE_IDLE_US / 1e6}
+    if endpoint:  # endpointing on for every stream (requests may still turn it off with endpoint=false)
+        wenet_params["endpoint"] = 1
     write(repo, "wenet", f"""
 name: "wenet"
 backend: "python"
@@ -315,6 +321,11 @@ def main() -> int:
                    help="CTC search of the scoring and wenet models")
     p.add_argument("--no-rescoring", dest="rescoring", action="store_false",
                    help="the CTC search result is final (no attention rescoring with the decoder)")
+    p.add_argument("--hotwords", type=Path, default=None,
+                   help="the model's hotwords: one phrase per line, optionally 'phrase<TAB>score' (requests may "
+                        "give their own with the parameter hotwords)")
+    p.add_argument("--endpoint", action="store_true",
+                   help="streaming endpointing on by default (requests turn it on or off with the parameter endpoint)")
     args = p.parse_args()
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
     rate, context = model_subsampling(args.model_dir)
@@ -333,7 +344,7 @@ def main() -> int:
         for name, path in find_graphs(onnx_dirs).items():
             os.symlink(path.resolve(), Path(staging) / f"{name}.onnx")
         build(args.model_dir, Path(staging), args.out, args.beam, args.chunk_size, args.right_context,
-              args.subsampling, args.max_batch, args.search, args.rescoring)
+              args.subsampling, args.max_batch, args.search, args.rescoring, args.hotwords, args.endpoint)
     print(f"wrote the ASR pipelines into {args.out}")
     return 0
 

@@ -126,6 +126,19 @@ def _same_prefix(tokens, a, b, length):
 
 
 @_jit
+def context_step(node, token, child_start, child_token, child_node, fail):
+    """The hotword prefix tree's state after ``token`` from ``node`` (Aho-Corasick: follow failure links
+    until a child matches; the root (0) when none does)."""
+    while True:
+        for e in range(child_start[node], child_start[node + 1]):
+            if child_token[e] == token:
+                return child_node[e]
+        if node == 0:
+            return 0
+        node = fail[node]
+
+
+@_jit
 def prefix_beam_advance(
     log_probs,
     ids,
@@ -141,6 +154,14 @@ def prefix_beam_advance(
     pnb,
     n_live,
     parity,
+    ctx_node,
+    ctx_locked,
+    child_start,
+    child_token,
+    child_node,
+    fail,
+    node_score,
+    is_end,
 ):
     """Advance a CTC prefix beam by ``n_frames`` frames; returns (n_live, parity).
 
@@ -154,6 +175,13 @@ def prefix_beam_advance(
     blank / repeat / new-token cases of the CTC prefix recursion are applied; the merged
     prefixes are ranked by log_add(pb, pnb) with ties kept in first-touch order, which is
     exactly what a dict-based reference with a stable sort does.
+
+    Contextual biasing (hotwords): ctx_node (2, beam) int64 is each prefix's state in the hotword prefix tree
+    (child_start (N+1,), child_token / child_node (E,) its edges in CSR form, fail (N,) failure links,
+    node_score (N,) the bonus of the matched part, is_end (N,) a phrase ends there), ctx_locked (2, beam)
+    float64 the bonus of the phrases it completed. Prefixes are ranked by log_add(pb, pnb) + locked +
+    node_score[node]: a partial match is boosted while it lasts and loses its bonus when it breaks off. With a
+    tree of only a root every bonus is 0.0, so the ranking is exactly the unbiased one.
     """
     beam = tokens.shape[1]
     k_max = min(top_k, log_probs.shape[1])
@@ -163,6 +191,9 @@ def prefix_beam_advance(
     slot_pb = np.empty(n_slots, np.float64)
     slot_pnb = np.empty(n_slots, np.float64)
     slot_score = np.empty(n_slots, np.float64)
+    slot_node = np.empty(n_slots, np.int64)
+    slot_locked = np.empty(n_slots, np.float64)
+    biased = child_start[1] > 0  # the root has children: some hotword is loaded
     slot_taken = np.empty(n_slots, np.bool_)
     stay_slot = np.empty(beam, np.int64)  # slot holding live prefix j unchanged
     parent = np.empty(beam, np.int64)  # live prefix equal to prefix j minus its last token
@@ -288,6 +319,18 @@ def prefix_beam_advance(
             slot_score[slot] = _log_add2(slot_pb[slot], slot_pnb[slot])
             if slot_score[slot] > NEG_INF:
                 n_finite += 1
+            src = slot_src[slot]
+            node = ctx_node[cur, src]
+            locked = ctx_locked[cur, src]
+            if biased:
+                if slot_tok[slot] >= 0:
+                    node = context_step(node, slot_tok[slot], child_start, child_token, child_node, fail)
+                    if is_end[node]:
+                        locked += node_score[node]
+                        node = 0
+                slot_score[slot] += locked + node_score[node]
+            slot_node[slot] = node
+            slot_locked[slot] = locked
         for slot in range(n_used):
             slot_taken[slot] = n_finite > 0 and not slot_score[slot] > NEG_INF
         n_keep = min(beam, n_finite if n_finite > 0 else n_used)
@@ -318,6 +361,8 @@ def prefix_beam_advance(
                 hashes[nxt, r] = hashes[cur, src]
             pb[nxt, r] = slot_pb[slot]
             pnb[nxt, r] = slot_pnb[slot]
+            ctx_node[nxt, r] = slot_node[slot]
+            ctx_locked[nxt, r] = slot_locked[slot]
         n_live = n_keep
         parity = nxt
     return n_live, parity

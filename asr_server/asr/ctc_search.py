@@ -29,6 +29,7 @@ from typing import NamedTuple, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from . import _ctc_kernels as _k
+from .hotwords import EMPTY, ContextGraph
 
 # "numba" when the kernels are compiled, "python" when numba is missing (same results, slower).
 IMPLEMENTATION = "numba" if _k.HAVE_NUMBA else "python"
@@ -107,12 +108,13 @@ class CtcSearch(Protocol):
         """Forget everything: back to the state before the first frame."""
 
 
-def make_search(options: SearchOptions | None = None) -> CtcSearch:
-    """A fresh per-utterance search for ``options.method``."""
+def make_search(options: SearchOptions | None = None, context: "ContextGraph | None" = None) -> CtcSearch:
+    """A fresh per-utterance search for ``options.method``; ``context``: hotwords (prefix beam search only;
+    greedy search has no beam to bias)."""
     options = options or SearchOptions()
     if options.method == GREEDY:
         return CtcGreedySearch(options)
-    return CtcPrefixBeamSearch(options)
+    return CtcPrefixBeamSearch(options, context)
 
 
 # --------------------------------------------------------------------------- input checks
@@ -234,8 +236,9 @@ class CtcPrefixBeamSearch:
 
     _INITIAL_CAPACITY = 64  # tokens per prefix; grows by doubling
 
-    def __init__(self, options: SearchOptions | None = None) -> None:
+    def __init__(self, options: SearchOptions | None = None, context: ContextGraph | None = None) -> None:
         self.options = options or SearchOptions()
+        self.context = EMPTY if context is None else context  # hotwords (hotwords.ContextGraph)
         if self.options.method != PREFIX_BEAM:
             raise ValueError(f"CtcPrefixBeamSearch needs method={PREFIX_BEAM!r}")
         self.reset()
@@ -249,6 +252,8 @@ class CtcPrefixBeamSearch:
         self._pb = np.full((2, beam), -np.inf)
         self._pnb = np.full((2, beam), -np.inf)
         self._pb[0, 0] = 0.0  # the empty prefix, reached by "no frames yet" with certainty
+        self._ctx_node = np.zeros((2, beam), np.int64)  # each prefix's state in the hotword tree
+        self._ctx_locked = np.zeros((2, beam), np.float64)  # bonus of the hotwords it completed
         self._n_live = 1
         self._parity = 0
         self.frames = 0  # frames consumed so far
@@ -280,6 +285,14 @@ class CtcPrefixBeamSearch:
             self._pnb,
             self._n_live,
             self._parity,
+            self._ctx_node,
+            self._ctx_locked,
+            self.context.child_start,
+            self.context.child_token,
+            self.context.child_node,
+            self.context.fail,
+            self.context.node_score,
+            self.context.is_end,
         )
         self.frames += frames
 
@@ -293,12 +306,18 @@ class CtcPrefixBeamSearch:
             self._tokens = grown
 
     def nbest(self) -> list[Hypothesis]:
+        """Best first. With hotwords a score includes the bonus of the phrases a hypothesis completed (not of
+        a phrase it is part-way through), and the list is re-ranked by it."""
         p = self._parity
         out = []
         for r in range(self._n_live):
             length = int(self._lens[p, r])
             score = _k._log_add2(float(self._pb[p, r]), float(self._pnb[p, r]))
+            if not self.context.empty:
+                score += float(self._ctx_locked[p, r])
             out.append(Hypothesis(tuple(self._tokens[p, r, :length].tolist()), score))
+        if not self.context.empty:
+            out.sort(key=lambda h: -h.score)  # stable: equal scores keep the beam's order
         return out
 
     def best(self) -> Hypothesis:

@@ -16,6 +16,7 @@ import numpy as np
 from .ctc_search import SearchOptions, make_search
 from .details import hypothesis_details, wants_details
 from .endpoint import RULE1, EndpointDetector, EndpointRules
+from .hotwords import Hotwords
 from .features import FbankConfig, StreamingFbank, batch_fbank_computer
 from .rescoring import DecoderInputs, build_decoder_inputs, hyps_from_best_index
 from .streaming import EndedSegment, StreamState, WindowConfig
@@ -64,9 +65,10 @@ def _rescore(nbests, encoder_out, lengths, settings: DecodingSettings, rescorer:
 class OfflineScorer:
     """Whole utterances: CTC prefix beam search over the encoder's top-k, then attention rescoring."""
 
-    def __init__(self, tokenizer: Tokenizer, settings: DecodingSettings) -> None:
+    def __init__(self, tokenizer: Tokenizer, settings: DecodingSettings, hotwords: Optional[Hotwords] = None) -> None:
         self.tokenizer = tokenizer
         self.settings = settings
+        self.hotwords = hotwords or Hotwords(tokenizer.encode)  # the model's, and per-request ones
 
     def decode(self, encoder_out: np.ndarray, lengths: np.ndarray, topk_log_probs: np.ndarray,
                topk_ids: np.ndarray, rescorer: Optional[Rescorer] = None) -> list[str]:
@@ -74,13 +76,15 @@ class OfflineScorer:
         return [text for text, _ in self.recognize(encoder_out, lengths, topk_log_probs, topk_ids, rescorer)]
 
     def recognize(self, encoder_out: np.ndarray, lengths: np.ndarray, topk_log_probs: np.ndarray,
-                  topk_ids: np.ndarray, rescorer: Optional[Rescorer] = None, details: bool = False
-                  ) -> list[tuple[str, Optional[dict]]]:
-        """Like ``decode``, with each transcript's DETAILS dict (words, tokens, n-best) when ``details``."""
+                  topk_ids: np.ndarray, rescorer: Optional[Rescorer] = None, details: bool = False,
+                  parameters: Mapping[str, Any] = {}) -> list[tuple[str, Optional[dict]]]:
+        """Like ``decode``, with each transcript's DETAILS dict (words, tokens, n-best) when ``details``;
+        ``parameters``: the request's (``hotwords``, ``hotwords_score``)."""
         nbests = []
         lengths = np.asarray(lengths).reshape(-1)
+        context = self.hotwords.for_request(parameters)
         for b in range(encoder_out.shape[0]):
-            search = make_search(self.settings.search_options())
+            search = make_search(self.settings.search_options(), context)
             n = int(lengths[b])
             search.advance(topk_log_probs[b, :n], topk_ids[b, :n])
             nbests.append([(h.tokens, h.score) for h in search.nbest()])
@@ -189,9 +193,10 @@ class StreamingScorer:
     """Per-sequence windows, CTC prefix beam search carried across chunks, rescoring on END."""
 
     def __init__(self, tokenizer: Tokenizer, settings: DecodingSettings, window: WindowConfig,
-                 feature_dim: int, encoder_dim: int) -> None:
+                 feature_dim: int, encoder_dim: int, hotwords: Optional[Hotwords] = None) -> None:
         self.tokenizer = tokenizer
         self.settings = settings
+        self.hotwords = hotwords or Hotwords(tokenizer.encode)  # the model's, and per-stream ones (on START)
         self.window = window
         self.feature_dim = feature_dim
         self.encoder_dim = encoder_dim
@@ -292,7 +297,8 @@ class StreamingScorer:
         return results
 
     def _new_stream(self, chunk: StreamChunk, now: float) -> StreamState:
-        state = StreamState.create(self.window, self.feature_dim, self.settings.search_options(), now)
+        state = StreamState.create(self.window, self.feature_dim, self.settings.search_options(), now,
+                                   self.hotwords.for_request(chunk.parameters))
         state.details = wants_details(chunk.parameters)
         rules = self.settings.endpoint.updated(chunk.parameters)
         if rules.enabled:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .endpoint import EndpointRules
+from .hotwords import Hotwords
 from .features import FbankConfig, batch_fbank_computer
 from .pipeline import DecodingSettings
 from .streaming import WindowConfig
@@ -33,6 +34,11 @@ def tokenizer(args: Mapping[str, str], params: Mapping[str, str]) -> Tokenizer:
     symbols = SymbolTable.load(_path(args["model_repository"], params["units"]))
     bpe = params.get("bpe_model", "")
     return Tokenizer(symbols, _path(args["model_repository"], bpe) if bpe else None)
+
+
+def hotwords(args: Mapping[str, str], params: Mapping[str, str], tokenizer: Tokenizer) -> Hotwords:
+    """The model's hotwords (parameters ``hotwords_file``, inside the model's folder, and ``hotwords_score``)."""
+    return Hotwords.from_parameters(params, Path(args["model_repository"]), tokenizer.encode)
 
 
 def _bool(value: Any) -> bool:

@@ -112,10 +112,13 @@ class StreamState:
     finals: list = dataclasses.field(default_factory=list)  # texts of the segments that ended
     details: bool = False  # words, tokens and n-best in DETAILS (request parameter `details` on START)
     endpoint: Any = None  # an endpoint.EndpointDetector when endpointing is on
+    context: Any = None  # hotwords.ContextGraph biasing the stream's search (None: no hotwords)
 
     @classmethod
-    def create(cls, window: WindowConfig, feature_dim: int, search: SearchOptions, now: float) -> "StreamState":
-        return cls(FrameWindower(window, feature_dim), make_search(search), search, last_seen=now)
+    def create(cls, window: WindowConfig, feature_dim: int, search: SearchOptions, now: float,
+               context: Any = None) -> "StreamState":
+        return cls(FrameWindower(window, feature_dim), make_search(search, context), search, last_seen=now,
+                   context=context)
 
     def keep_encoder_out(self, chunk_out: np.ndarray, valid: int, max_frames: int = 0) -> None:
         """chunk_out: (T', d) of one window, of which the first `valid` frames are real. Past `max_frames`
@@ -162,7 +165,7 @@ class StreamState:
                                  self.encoder_output(dim) if self.rescorable else None, log_probs, ids,
                                  self.segment_start, self.frames)
             self.segment += 1
-        self.search = make_search(self.search_options)
+        self.search = make_search(self.search_options, self.context)
         self.encoder_out, self.kept_frames, self.rescorable = [], 0, True
         self.topk, self.topk_frames, self.timed = [], 0, True
         self.segment_start = self.frames

@@ -104,3 +104,32 @@ async def test_concurrent_streams_with_and_without_details_do_not_mix(client):
     assert [r.as_numpy("TRANSCRIPTS").tolist() for r in with_details] == [
         r.as_numpy("TRANSCRIPTS").tolist() for r in without]
     assert "words" in details_of(with_details[-1]) and "words" not in details_of(without[-1])
+
+
+HOTWORDS = "chairs|twelve brown boxes|carla|garden|expensive"  # phrases of the held-out utterances
+
+
+async def test_hotwords_reach_the_search_and_cost_no_accuracy_on_held_out_utterances(client):
+    from client.report import error_rates
+    from tests.e2e.test_bundled_model import utterances
+
+    items = utterances()
+    outputs = [aioclient.InferRequestedOutput(n) for n in OUTPUTS]
+
+    async def run(parameters):
+        results = await asyncio.gather(*(client.infer("attention_rescoring", wav_inputs(s), outputs=outputs,
+                                                      parameters=parameters) for _, s, _ in items))
+        return [details_of(r) for r in results]
+
+    plain = await run({"details": True})
+    biased = await run({"details": True, "hotwords": HOTWORDS, "hotwords_score": 1.5})
+    assert error_rates([(ref, d["text"]) for (_, _, ref), d in zip(items, biased)]).wer <= error_rates(
+        [(ref, d["text"]) for (_, _, ref), d in zip(items, plain)]).wer
+    # the bonus of a completed phrase shows in the n-best scores of the utterances that say one
+    said = [i for i, (_, _, ref) in enumerate(items) if "chairs" in ref]
+    assert said and all(biased[i]["nbest"][0]["score"] > plain[i]["nbest"][0]["score"] + 1 for i in said)
+    with pytest.raises(Exception, match="score"):
+        await client.infer("attention_rescoring", wav_inputs(items[0][1]), parameters={"hotwords": "a:b"})
+    # streaming: hotwords given on START bias that stream
+    streamed = await stream(client, items[6][1], {"details": True, "hotwords": "chairs:1.5"}, 701)
+    assert details_of(streamed[-1])["nbest"][0]["score"] > 1

@@ -19,7 +19,8 @@ class TritonPythonModel:
     def initialize(self, args):
         params = serving_config.parameters(args)
         tokenizer = serving_config.tokenizer(args, params)
-        self.scorer = OfflineScorer(tokenizer, serving_config.decoding_settings(params, tokenizer.symbols))
+        self.scorer = OfflineScorer(tokenizer, serving_config.decoding_settings(params, tokenizer.symbols),
+                                    serving_config.hotwords(args, params, tokenizer))
 
     def execute(self, requests):
         responses = []
@@ -28,10 +29,16 @@ class TritonPythonModel:
                 return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
 
             want = DETAILS in request.requested_output_names()
-            full = want and wants_details(json.loads(request.parameters() or "{}"))
-            results = self.scorer.recognize(
-                get("encoder_out"), get("encoder_out_lens").reshape(-1),
-                get("batch_log_probs"), get("batch_log_probs_idx"), run_decoder, details=full)
+            parameters = json.loads(request.parameters() or "{}")  # details; hotwords, hotwords_score
+            try:
+                results = self.scorer.recognize(
+                    get("encoder_out"), get("encoder_out_lens").reshape(-1), get("batch_log_probs"),
+                    get("batch_log_probs_idx"), run_decoder, details=want and wants_details(parameters),
+                    parameters=parameters)
+            except ValueError as exc:  # a bad hotwords parameter: this request fails alone
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)))
+                continue
             out = np.array([[t.encode("utf-8")] for t, _ in results], dtype=np.object_)
             tensors = [pb_utils.Tensor("OUTPUT0", out)]
             if want:

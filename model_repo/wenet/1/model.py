@@ -47,7 +47,7 @@ class TritonPythonModel:
         self.scorer = StreamingScorer(
             tokenizer, serving_config.decoding_settings(params, tokenizer.symbols),
             serving_config.window_config(params), int(params.get("num_mel_bins", 80)),
-            int(params["encoder_output_size"]))
+            int(params["encoder_output_size"]), serving_config.hotwords(args, params, tokenizer))
         self.pool = concurrent.futures.ThreadPoolExecutor(MAX_PARALLEL_BLS, thread_name_prefix="wenet-bls")
 
     def run_encoder(self, jobs):
