@@ -76,6 +76,11 @@ class Backend(abc.ABC):
         self.context = context
 
     @classmethod
+    def model_filename_for(cls, platform: str) -> str:
+        """The default model file name of a platform this backend serves (tensorflow has two)."""
+        return cls.default_model_filename
+
+    @classmethod
     def auto_complete_config(cls, config: mc.ModelConfig, version_dir: Path) -> mc.ModelConfig:
         """Fill what the config left out (inputs, outputs, max_batch_size) from the model file."""
         return config

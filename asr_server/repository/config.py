@@ -86,7 +86,7 @@ def complete_config(
     if completed.platform != ENSEMBLE_PLATFORM and completed.backend:
         backend = _backend_class(completed.backend)
         if not completed.default_model_filename:
-            completed.default_model_filename = backend.default_model_filename
+            completed.default_model_filename = backend.model_filename_for(completed.platform)
         if auto_complete and versions:
             completed = backend.auto_complete_config(completed, model_dir / str(max(versions)))
     _fill_scheduler_defaults(completed)
@@ -119,6 +119,10 @@ def _complete_platform_and_backend(config: mc.ModelConfig, model_dir: Path, vers
         config.backend = PLATFORM_TO_BACKEND[config.platform]
     elif config.backend and not config.platform:
         config.platform = BACKEND_TO_PLATFORM.get(config.backend, "")
+        if config.backend == "tensorflow":  # two platforms: Triton tells them apart by the model file
+            detected = _backend_from_model_files(model_dir, versions)
+            tensorflow_file = detected is not None and detected[0] == "tensorflow"
+            config.platform = detected[1] if tensorflow_file else "tensorflow_savedmodel"
     elif PLATFORM_TO_BACKEND.get(config.platform) != config.backend:
         raise invalid_argument(
             f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {config.backend}"
