@@ -1,0 +1,106 @@
+"""asr-model-analyzer end to end on a small ONNX model (identity_fp32), with NVIDIA's perf_analyzer.
+
+Our server is started by the analyzer on a copy of the repository. Needs perf_analyzer
+(`bash scripts/get_perf_analyzer.sh`, which .ci/run calls); these tests skip without it.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asr_server.analyzer import perf
+from asr_server.analyzer.cli import main
+from asr_server.analyzer.results import MODEL_ANALYZER_COLUMNS
+from asr_server.analyzer.run import Analyzer, AnalyzerOptions
+from tests.conftest import BUNDLED_REPO, copy_model
+
+try:
+    BINARY = perf.find_binary()
+except FileNotFoundError:
+    BINARY = None
+
+pytestmark = pytest.mark.skipif(BINARY is None, reason="perf_analyzer not fetched (bash scripts/get_perf_analyzer.sh)")
+
+QUICK = dict(measurement_interval_ms=300, max_trials=3)  # ~1 s per point: enough to rank, fast enough for CI
+
+
+def options(repo: Path, export: Path, **overrides) -> AnalyzerOptions:
+    base = dict(model="identity_fp32", export_path=export, repository=repo, shape=("INPUT0:16",),
+                grid={"*": {"instance_count": (1, 2)}}, search="brute", concurrency=(4,),
+                perf=perf.PerfSettings(BINARY, **QUICK), progress=False)
+    base.update(overrides)
+    return AnalyzerOptions(**base)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    folder = tmp_path / "repo"
+    copy_model(folder, BUNDLED_REPO / "identity_fp32")
+    return folder
+
+
+def rows(export: Path) -> list[dict]:
+    with (export / "results" / "metrics-model-inference.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_sweep_finds_a_config_at_least_as_good_as_the_shipped_one_and_writes_triton_outputs(repo, tmp_path):
+    export = tmp_path / "out"
+    summary = Analyzer(options(repo, export)).run()
+    table = rows(export)
+    header = list(table[0].keys())
+    assert header[:len(MODEL_ANALYZER_COLUMNS)] == list(MODEL_ANALYZER_COLUMNS)
+    by_config = {r["Model Config Path"]: r for r in table}
+    assert set(by_config) == {"identity_fp32_config_default", "identity_fp32_config_0", "identity_fp32_config_1"}
+    assert all(float(r["Throughput (infer/sec)"]) > 0 and r["Satisfies Constraints"] == "Yes" for r in table)
+    assert {by_config["identity_fp32_config_0"]["Instance Group"], by_config["identity_fp32_config_1"]["Instance Group"]} \
+        == {"1:CPU", "2:CPU"}
+    shipped = float(by_config["identity_fp32_config_default"]["Throughput (infer/sec)"])
+    best = float(by_config[summary.best_name]["Throughput (infer/sec)"])
+    assert best >= shipped and summary.best_score >= summary.shipped_score  # measured, not assumed
+    assert summary.measured_points == 3 and summary.resumed_points == 0
+    assert (export / "output_model_repository" / "identity_fp32_config_0" / "config.pbtxt").is_file()
+    assert (export / "reports" / "summary.html").is_file() and (export / "reports" / "throughput_vs_latency.png").is_file()
+
+
+async def test_written_best_config_loads_unchanged_and_serves(repo, tmp_path, running):
+    import tritonclient.grpc.aio as grpcclient
+
+    export = tmp_path / "out"
+    summary = Analyzer(options(repo, export, grid={"*": {"instance_count": (3,), "max_queue_delay_us": (100,)}}
+                               )).run()
+    best = summary.best_repository
+    text = (best / "identity_fp32" / "config.pbtxt").read_text()
+    async with running(best, allow_http=False) as server:  # mode 'none': loads the folder as written
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        try:
+            config = (await client.get_model_config("identity_fp32")).config
+            x = np.arange(16, dtype=np.float32).reshape(1, 16)
+            inp = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+            inp.set_data_from_numpy(x)
+            result = await client.infer("identity_fp32", [inp])
+        finally:
+            await client.close()
+    assert np.array_equal(result.as_numpy("OUTPUT0"), x)
+    if summary.best.variants:  # the served config is the best candidate's
+        assert config.instance_group[0].count == 3 and config.dynamic_batching.max_queue_delay_microseconds == 100
+        assert "max_queue_delay_microseconds: 100" in text
+
+
+def test_resume_from_checkpoint_skips_measured_points(repo, tmp_path, capsys):
+    export = tmp_path / "out"
+    args = ["--model-repository", str(repo), "--model", "identity_fp32", "--shape", "INPUT0:16",
+            "--grid", "instance_count=1,2", "--search", "brute", "--concurrency", "2", "--measurement-interval", "300",
+            "--max-trials", "3", "--export-path", str(export), "--max-candidates", "2", "--no-progress"]
+    assert main(args) == 0
+    assert "measured 2 points, 0 from the checkpoint" in capsys.readouterr().out
+    first = rows(export)
+    # a larger grid on the same checkpoint: the two measured configs are read back, only the new one is measured
+    assert main(args[:-2] + ["3", "--no-progress"]) == 0
+    assert "measured 1 points, 2 from the checkpoint" in capsys.readouterr().out
+    again = {(r["Model Config Path"], r["Throughput (infer/sec)"]) for r in rows(export)}
+    assert {(r["Model Config Path"], r["Throughput (infer/sec)"]) for r in first} < again
