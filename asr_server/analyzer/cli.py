@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -113,7 +114,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         options = options_from_args(args)
     except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
-    summary = Analyzer(options).run()
+    # SIGTERM (timeout, a CI cancel) unwinds like Ctrl-C: the server is stopped and its repository copy removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        summary = Analyzer(options).run()
+    except RuntimeError as exc:
+        print(f"asr-model-analyzer: {exc}", file=sys.stderr)
+        return 1
     print(f"best: {summary.best_name} ({summary.best.describe()})  objective {summary.best_score[1]:.2f}"
           f"{'' if summary.best_score[0] else ' (no configuration meets the constraints)'}"
           f"; shipped {summary.shipped_score[1]:.2f}")

@@ -255,6 +255,10 @@ class Analyzer:
             # Paced streams go up in count until one fails: more streams will not do better.
             if self.o.objective == objectives.PACED_STREAMS and not self.o.constraints.satisfied(_measured(record)):
                 break
+        if candidate == SHIPPED and records and all(r.error for r in records):
+            # Nothing can be compared with a baseline that does not run: stop rather than sweep errors.
+            raise RuntimeError(f"the shipped configuration of '{self.o.model}' failed to measure: {records[0].error}"
+                               f" (fix it, then remove {self.checkpoint.path} if it recorded the failure)")
         key = objectives.score(self.o.objective, self.o.constraints, (_measured(r) for r in records))
         self.scores[candidate.key()] = key
         log.info("%s (%s): %s", self.config_path(candidate), candidate.describe(), key)
