@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measurement-interval", type=int, default=1000, help="ms per perf_analyzer window")
     p.add_argument("--max-trials", type=int, default=4, help="perf_analyzer windows per point")
     p.add_argument("--stability-percentage", type=float, default=999.0)
+    p.add_argument("--confirm-rounds", type=int, default=0,
+                   help="measure shipped and best again, alternately, N times after the search (medians reported)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -102,7 +104,7 @@ def options_from_args(args: argparse.Namespace) -> AnalyzerOptions:
         concurrency=args.concurrency, request_rate=args.request_rate, paced_streams=args.paced_streams,
         paced_seconds=args.paced_seconds, chunk_ms=args.chunk_ms, audio=args.audio, audio_limit=args.audio_limit,
         shape=tuple(args.shape), input_data=args.input_data, sequence_length=args.sequence_length, perf=settings,
-        checkpoint=args.checkpoint, progress=not args.no_progress)
+        checkpoint=args.checkpoint, confirm_rounds=args.confirm_rounds, progress=not args.no_progress)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -124,6 +126,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"best: {summary.best_name} ({summary.best.describe()})  objective {summary.best_score[1]:.2f}"
           f"{'' if summary.best_score[0] else ' (no configuration meets the constraints)'}"
           f"; shipped {summary.shipped_score[1]:.2f}")
+    for load, (bt, bp, n) in summary.confirmation.get("best", {}).items():
+        st, sp, _ = summary.confirmation["shipped"].get(load, (float("nan"), float("nan"), 0))
+        print(f"confirmed at {load} (median of {n} alternating rounds): best {bt:.1f}/s p99 {bp:.0f} ms, "
+              f"shipped {st:.1f}/s p99 {sp:.0f} ms")
     print(f"measured {summary.measured_points} points, {summary.resumed_points} from the checkpoint")
     print(f"results: {summary.csv_path}\nreport: {summary.report_path}\nbest configs: {summary.best_repository}")
     return 0

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import shutil
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -33,6 +34,7 @@ from asr_server.analyzer.variants import (Variant, apply_variant, instance_group
 log = logging.getLogger("asr_model_analyzer")
 ENSEMBLE = "ensemble"
 BRUTE, HILL = "brute", "hill"
+CONFIRM = "#confirm"  # load keys of the confirmation rounds: "<load>#confirm<round>"
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,9 @@ class AnalyzerOptions:
     sequence_length: Optional[int] = None  # perf_analyzer --sequence-length without audio data
     perf: Optional[perf.PerfSettings] = None
     checkpoint: Optional[Path] = None
+    # Rounds in which the shipped and the best config are measured again, alternately, after the search: on
+    # shared cores one measurement can be off by 10-25 %, so the comparison quoted is the median of these.
+    confirm_rounds: int = 0
     progress: bool = True
 
     def __post_init__(self):
@@ -87,6 +92,7 @@ class Summary:
     csv_path: Path
     report_path: Path
     best_repository: Path
+    confirmation: dict  # {"shipped"|"best": {load: (median infer/s, median p99 ms, rounds)}}, when confirmed
     measured_points: int  # measured in this run (not taken from the checkpoint)
     resumed_points: int  # taken from the checkpoint
 
@@ -335,10 +341,36 @@ class Analyzer:
             else:
                 best, best_key = search.hill_climb(coords, start, self.evaluate, self.o.max_candidates,
                                                    self.o.min_gain)
+            confirmation = self._confirm(best)
         finally:
             if self.bar is not None:
                 self.bar.close()
-        return self._write_outputs(best, best_key)
+        return self._write_outputs(best, best_key, confirmation)
+
+    def _confirm(self, best: Candidate) -> dict:
+        """Shipped and best measured again, alternately, `confirm_rounds` times; medians per load point."""
+        if not self.o.confirm_rounds or best == SHIPPED:
+            return {}
+        if self.bar is not None:
+            self.bar.total += 2 * self.o.confirm_rounds * len(self.load_points)
+        samples: dict = {"shipped": {}, "best": {}}
+        for i in range(self.o.confirm_rounds):
+            for label, candidate in (("shipped", SHIPPED), ("best", best)):
+                for load_key, point in self.load_points:
+                    key = f"{load_key}{CONFIRM}{i}"
+                    record = self.checkpoint.find(candidate.key(), key)
+                    if record is None:
+                        record = self._measure(candidate, key, point)
+                        self.checkpoint.add(record)
+                        self.measured += 1
+                    else:
+                        self.resumed += 1
+                    if self.bar is not None:
+                        self.bar.update(1)
+                    if not record.error:
+                        samples[label].setdefault(load_key, []).append((record.throughput, record.p99_ms))
+        return {label: {load: (statistics.median(t for t, _ in v), statistics.median(p for _, p in v), len(v))
+                        for load, v in loads.items()} for label, loads in samples.items()}
 
     # ---- outputs --------------------------------------------------------------------------------------
     def _rows(self) -> list[tuple[tuple, results.Row]]:
@@ -346,7 +378,7 @@ class Analyzer:
         for key, candidate in self.candidates.items():
             # The cells show what ran: the server's completed config (onnxruntime gets 2 CPU instances by default)
             configs = [apply_variant(self.effective[m], candidate.variant(m)) for m in self.tuned]
-            for record in (r for r in self.checkpoint.records if r.candidate == key):
+            for record in (r for r in self.checkpoint.records if r.candidate == key and CONFIRM not in r.load):
                 m = _measured(record)
                 load = (f"{record.request_rate:g}" if record.request_rate is not None else str(record.concurrency))
                 rows.append(((self.o.constraints.satisfied(m), objectives.value(self.o.objective, m)), results.Row(
@@ -378,7 +410,7 @@ class Analyzer:
             (folder / "config.pbtxt").write_text(to_pbtxt(config))
         return out
 
-    def _write_outputs(self, best: Candidate, best_key: tuple) -> Summary:
+    def _write_outputs(self, best: Candidate, best_key: tuple, confirmation: dict) -> Summary:
         rows = self._rows()
         csv_path = results.write_csv([r for _, r in rows], self.export / "results" / results.FILENAME,
                                      request_rate=bool(self.o.request_rate)
@@ -386,7 +418,8 @@ class Analyzer:
         best_repo = self._write_best_repository(best)
         ranked = []
         for key, candidate in self.candidates.items():
-            recs = [r for r in self.checkpoint.records if r.candidate == key and not r.error]
+            recs = [r for r in self.checkpoint.records
+                    if r.candidate == key and not r.error and CONFIRM not in r.load]
             score = self.scores.get(key, (0, 0.0))
             ranked.append((score, report.CandidateSummary(
                 name=self.config_path(candidate), description=candidate.describe(),
@@ -409,10 +442,15 @@ class Analyzer:
                  f"best: {self.config_path(best)} ({best.describe()}), objective {best_key[1]:.2f}"
                  f" vs shipped {shipped_key[1]:.2f}",
                  f"tuned models: {', '.join(self.tuned)}"]
+        for load in (k for k, _ in self.load_points):
+            if load in confirmation.get("best", {}) and load in confirmation.get("shipped", {}):
+                (bt, bp, n), (st, sp, _) = confirmation["best"][load], confirmation["shipped"][load]
+                notes.append(f"confirmed at {load} (median of {n} alternating rounds): best {bt:.1f}/s p99 {bp:.0f} ms"
+                             f" vs shipped {st:.1f}/s p99 {sp:.0f} ms ({100 * (bt / st - 1):+.0f}% throughput)")
         html_path = report.write_html(shown, reports / "summary.html", f"asr-model-analyzer: {self.o.model}",
                                       notes, png.name if png else None)
         return Summary(best, self.config_path(best), best_key, shipped_key, csv_path, html_path, best_repo,
-                       self.measured, self.resumed)
+                       confirmation, self.measured, self.resumed)
 
 
 def _measured(r: Record) -> Measured:
