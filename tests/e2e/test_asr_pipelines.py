@@ -151,22 +151,25 @@ async def test_abandoned_stream_is_cleaned_up(client):
             break
     for name in ("wenet", "streaming_encoder", "streaming_feature_extractor"):
         assert 4242 not in server.manager.get(name).scheduler.sequences, name
-    # The python models keep their own per-sequence state (fbank residual, beams, encoder output); they drop
-    # idle sequences on their next execution.
-    scorer = python_model(server, "wenet").scorer
-    features = python_model(server, "streaming_feature_extractor").features
-    assert 4242 in scorer.streams and 4242 in features.streams
-    scorer.settings = dataclasses.replace(scorer.settings, idle_seconds=0.01)
-    features.idle_seconds = 0.01
+    # The python models keep their own per-sequence state (fbank residual, beams, encoder output) in the
+    # instance that ran the sequence; an instance drops idle sequences on its next execution.
+    scorers = [m.scorer for m in python_models(server, "wenet")]
+    extractors = [m.features for m in python_models(server, "streaming_feature_extractor")]
+    assert any(4242 in s.streams for s in scorers) and any(4242 in f.streams for f in extractors)
+    for scorer in scorers:
+        scorer.settings = dataclasses.replace(scorer.settings, idle_seconds=0.01)
+    for features in extractors:
+        features.idle_seconds = 0.01
     await asyncio.sleep(0.05)
-    await stream(client, utterance(10, 0.5), [8000], sequence_id=4343)
-    assert 4242 not in scorer.streams and 4242 not in features.streams
-    assert scorer.streams == {} and features.streams == {}  # 4343 ended and was freed too
+    # New sequences go to the instances in turn: one per instance runs every instance once.
+    for k in range(max(len(scorers), len(extractors))):
+        await stream(client, utterance(10, 0.5), [8000], sequence_id=4343 + k)
+    assert all(s.streams == {} for s in scorers) and all(f.streams == {} for f in extractors)
 
 
-def python_model(server, name: str):
-    """The TritonPythonModel object of a python model's (first) instance."""
-    return server.manager.get(name).pool.instances[0].backend._model
+def python_models(server, name: str) -> list:
+    """The TritonPythonModel objects of every instance of a python model."""
+    return [instance.backend._model for instance in server.manager.get(name).pool.instances]
 
 
 async def test_bad_audio_fails_alone_in_tritons_words(client):
