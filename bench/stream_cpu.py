@@ -45,13 +45,14 @@ def thread_cpu(pid: int) -> collections.Counter:
 
 
 def batch_stats(url: str) -> dict:
-    """{model: (inference count, execution count)} from the server's statistics."""
+    """{model: (inference count, execution count, execution ns)} from the server's statistics."""
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(url)
     stats = client.get_inference_statistics(as_json=True)
     client.close()
-    return {m["name"]: (int(m.get("inference_count", 0)), int(m.get("execution_count", 0)))
+    return {m["name"]: (int(m.get("inference_count", 0)), int(m.get("execution_count", 0)),
+                        sum(int(b.get("compute_infer", {}).get("ns", 0)) for b in m.get("batch_stats", [])))
             for m in stats.get("model_stats", [])}
 
 
@@ -114,8 +115,12 @@ def main() -> int:
               f"errors {r['errors']}")
         stats = batch_stats(url)
         print("average batch (requests / executions): " + ", ".join(
-            f"{m} {(stats[m][0] - stats0.get(m, (0, 0))[0]) / max(1, stats[m][1] - stats0.get(m, (0, 0))[1]):.1f}"
-            for m in sorted(stats) if stats[m][1] > stats0.get(m, (0, 0))[1]))
+            f"{m} {(stats[m][0] - stats0.get(m, (0, 0, 0))[0]) / max(1, stats[m][1] - stats0.get(m, (0, 0, 0))[1]):.1f}"
+            for m in sorted(stats) if stats[m][1] > stats0.get(m, (0, 0, 0))[1]))
+        # An instance busy all the time is the stage every chunk queues for (latency without full CPUs).
+        print("busy fraction of each model's instances (execution time / wall): " + ", ".join(
+            f"{m} {(stats[m][2] - stats0.get(m, (0, 0, 0))[2]) / 1e9 / wall:.2f}"
+            for m in sorted(stats) if stats[m][1] > stats0.get(m, (0, 0, 0))[1]))
         by_thread = thread_cpu(proc.pid)
         by_thread.subtract(threads0)
         print("CPU-s per audio-s by thread: " + ", ".join(
