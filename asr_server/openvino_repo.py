@@ -55,22 +55,30 @@ def rewrite_repository(
 ) -> list[str]:
     """Copy `source` to `target` with `models` converted to OpenVINO IR on the openvino backend.
 
-    Returns the models rewritten (those of `models` the repository has). The ONNX files of rewritten models
-    are not copied: the IR is the model.
-    """
+    Returns the models rewritten (those of `models` the repository has)."""
     source, target = Path(source), Path(target)
     if target.exists():
         raise FileExistsError(f"{target} exists; choose a new folder")
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+    return switch_to_openvino(target, models, parameters)
+
+
+def switch_to_openvino(
+    repo: Path, models: Iterable[str] = ENCODER_MODELS, parameters: Optional[Mapping[str, str]] = None
+) -> list[str]:
+    """In place: `models` of `repo` get OpenVINO IR instead of their ONNX files (removed: the IR is the
+    model) and the openvino backend. Returns the models switched."""
     rewritten = []
     for name in models:
-        config_path = target / name / "config.pbtxt"
+        config_path = Path(repo) / name / "config.pbtxt"
         if not config_path.exists():
             continue
         config = load_config(config_path)
+        if config.backend == "openvino":
+            continue
         onnx_name = config.default_model_filename or "model.onnx"
         new_config = openvino_config(config, parameters)
-        for version_dir in sorted(p for p in (target / name).iterdir() if p.is_dir() and p.name.isdigit()):
+        for version_dir in sorted(p for p in (Path(repo) / name).iterdir() if p.is_dir() and p.name.isdigit()):
             onnx_path = version_dir / onnx_name
             if onnx_path.exists():
                 convert_to_ir(onnx_path, version_dir / new_config.default_model_filename)

@@ -330,6 +330,9 @@ def main() -> int:
                         "give their own with the parameter hotwords)")
     p.add_argument("--endpoint", action="store_true",
                    help="streaming endpointing on by default (requests turn it on or off with the parameter endpoint)")
+    p.add_argument("--encoder-backend", choices=("onnxruntime", "openvino"), default="onnxruntime",
+                   help="openvino: the encoders as OpenVINO IR on the openvino backend (the 'openvino' extra; "
+                        "bench/openvino_vs_ort.py compares the two)")
     args = p.parse_args()
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
     rate, context = model_subsampling(args.model_dir)
@@ -349,6 +352,10 @@ def main() -> int:
             os.symlink(path.resolve(), Path(staging) / f"{name}.onnx")
         build(args.model_dir, Path(staging), args.out, args.beam, args.chunk_size, args.right_context,
               args.subsampling, args.max_batch, args.search, args.rescoring, args.hotwords, args.endpoint)
+    if args.encoder_backend == "openvino":
+        from asr_server.openvino_repo import switch_to_openvino
+
+        print(f"encoders on openvino: {', '.join(switch_to_openvino(args.out))}")
     print(f"wrote the ASR pipelines into {args.out}")
     return 0
 

@@ -67,3 +67,19 @@ def test_ir_encoder_computes_what_onnxruntime_does(tmp_path):
             np.testing.assert_allclose(array, expected[name], atol=2e-3, rtol=1e-3, err_msg=name)
         else:
             np.testing.assert_array_equal(array, expected[name], err_msg=name)
+
+
+@needs_graphs
+async def test_build_model_repo_encoder_backend_openvino(tmp_path, running):
+    from tests.scripts.test_build_model_repo import MODEL_DIR
+
+    out = tmp_path / "built"
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_model_repo.py"), "--model-dir", str(MODEL_DIR),
+                          "--out", str(out), "--encoder-backend", "openvino"], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    assert "encoders on openvino: encoder, streaming_encoder" in run.stdout
+    for name in ("encoder", "streaming_encoder"):
+        assert load_config(out / name / "config.pbtxt").backend == "openvino"
+    assert load_config(out / "decoder" / "config.pbtxt").backend == "onnxruntime"
+    _, text = reference()
+    assert await transcripts(running, out) == (text, text)
