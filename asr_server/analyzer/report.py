@@ -33,21 +33,22 @@ def plot(summaries: Sequence[CandidateSummary], path: Path, title: str, x_label:
     matplotlib.use("Agg")  # no display here, and none needed
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(9, 6))
     for s in summaries:
+        # in load order (concurrency rising), as Model Analyzer draws it: the line shows what more load buys
         pts = [(p, t) for _, p, t in s.points if p == p and p != float("inf")]
         if not pts:
             continue
-        pts.sort()
         style = dict(linewidth=2.5, color="black") if s.shipped else dict(linewidth=2.5, color="tab:red") \
             if s.best else dict(linewidth=1, alpha=0.7)
-        label = ("shipped: " if s.shipped else "best: " if s.best else "") + s.name
+        # an ensemble's name lists every step's config: the legend keeps the ensemble's, the HTML the rest
+        label = ("shipped: " if s.shipped else "best: " if s.best else "") + s.name.split(":")[0]
         ax.plot([p for p, _ in pts], [t for _, t in pts], marker="o", label=label, **style)
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
