@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import tritonclient.grpc.aio as grpcclient
 
-from client import offline
+from client import longform, offline
 from client.audio import AudioError, load_audio
 from client.inputs import Utterance
 from client.streaming import DEFAULT_STREAMING_MODEL, DEFAULT_URL, StreamingClient, StreamingError, StreamOptions
@@ -26,6 +26,9 @@ class TranscribeOptions:
     concurrency: int = 4  # utterances in flight at once
     stream: StreamOptions = StreamOptions()  # chunking and pacing when streaming (its model is ignored)
     timeout_s: Optional[float] = None  # per utterance: request or whole stream
+    parameters: Optional[Mapping[str, Any]] = None  # request parameters (hotwords, endpoint rules, ...)
+    words: bool = False  # ask for DETAILS and keep each word with its times
+    long: bool = False  # offline: cut each file at pauses and send the pieces in parallel (client.longform)
 
     def __post_init__(self):
         if self.concurrency < 1:
@@ -49,6 +52,7 @@ class UtteranceResult:
     chunk_latencies_s: tuple[float, ...] = ()  # streaming: per chunk; offline: the one request's
     partials: int = 0  # responses received (chunks when streaming, 1 offline)
     error: Optional[str] = None  # why the utterance failed: unreadable audio or the server's message
+    words: tuple = ()  # (word, start s, end s, confidence) when TranscribeOptions.words or long
 
     @property
     def ok(self) -> bool:
@@ -83,6 +87,8 @@ async def transcribe_files(
         wenet_chunks=options.stream.wenet_chunks,
         realtime=options.stream.realtime,
         stream_timeout_s=options.timeout_s,
+        parameters={**(options.parameters or {}), **({"details": True} if options.words else {})} or None,
+        details=options.words,
     )
     streamer = StreamingClient(options=stream_options, grpc_client=grpc_client)
     results: list[Optional[UtteranceResult]] = [None] * len(items)
@@ -128,16 +134,33 @@ async def _transcribe_one(
     try:
         if options.streaming:
             streamed = await streamer.transcribe(audio.samples)
+            words = [w for p in streamed.partials for f in p.finals for w in f.get("words", [])]
             return UtteranceResult(
                 **base, hypothesis=streamed.text, duration_s=audio.duration_s, elapsed_s=streamed.elapsed_s,
                 chunk_latencies_s=streamed.chunk_latencies_s, partials=len(streamed.partials),
+                words=tuple((w["word"], w["start"], w["end"], w.get("confidence")) for w in words),
             )
+        if options.long:
+            long = await longform.transcribe_long(grpc_client, audio.samples, options.model_name,
+                                                  options.concurrency, dict(options.parameters or {}),
+                                                  timeout_s=options.timeout_s)
+            if long.errors:
+                raise offline.OfflineError("; ".join(long.errors))
+            return UtteranceResult(
+                **base, hypothesis=long.text, duration_s=audio.duration_s, elapsed_s=long.latency_s,
+                chunk_latencies_s=(long.latency_s,), partials=len(long.pieces),
+                words=tuple((w.word, w.start, w.end, w.confidence) for w in long.words),
+            )
+        parameters = {**(options.parameters or {}), **({"details": True} if options.words else {})}
         answer = await offline.recognize(
-            grpc_client, audio.samples, options.model_name, request_id=utterance.key, timeout_s=options.timeout_s
+            grpc_client, audio.samples, options.model_name, request_id=utterance.key, timeout_s=options.timeout_s,
+            parameters=parameters, details=options.words,
         )
+        words = (answer.details or {}).get("words", [])
         return UtteranceResult(
             **base, hypothesis=answer.text, duration_s=audio.duration_s, elapsed_s=answer.latency_s,
             chunk_latencies_s=(answer.latency_s,), partials=1,
+            words=tuple((w["word"], w["start"], w["end"], w.get("confidence")) for w in words),
         )
     except (StreamingError, offline.OfflineError) as error:
         return UtteranceResult(**base, hypothesis=None, duration_s=audio.duration_s, elapsed_s=0.0, error=str(error))

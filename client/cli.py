@@ -23,7 +23,7 @@ from typing import Optional, Sequence, TextIO
 import tritonclient.grpc.aio as grpcclient
 from tqdm import tqdm
 
-from client import report
+from client import longform, report, subtitles
 from client.audio import SAMPLE_RATE, AudioError, load_audio, read_pcm16_blocks
 from client.batch import BatchResult, TranscribeOptions, UtteranceResult, transcribe_files
 from client.inputs import InputError, Utterance, collect_utterances
@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--wenet-chunks", action="store_true",
                          help="stream WeNet's zero-padded chunks: 11040 samples, then 10240")
         sub.add_argument("--realtime", action="store_true", help="pace streamed chunks at the speed of speech")
+        sub.add_argument("--hotwords", default=None,
+                         help="phrases to favour, 'a|b c:3' (score per token after ':'); request parameter hotwords")
 
     stream = commands.add_parser("stream", help="stream one utterance and print partial and final transcripts")
     stream.add_argument("audio", nargs="?", help="audio file, or - for raw s16le mono PCM on stdin")
@@ -64,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--duration", type=float, default=None, help="with --microphone: stop after this many s")
     stream.add_argument("--sequence-id", type=int, default=None, help="sequence id (default: random)")
     stream.add_argument("--json", action="store_true", help="print the result as JSON (partials and latencies)")
+    stream.add_argument("--endpoint", action="store_true",
+                        help="end a segment at each pause and print it as it ends (the stream goes on)")
+    stream.add_argument("--endpoint-silence", type=float, default=None,
+                        help="seconds of trailing silence that end a segment (default: the model's, 0.8)")
+    stream.add_argument("--words", action="store_true", help="print each segment's words with their times")
 
     batch = commands.add_parser("transcribe", help="transcribe files, folders, wav.scp lists or JSONL manifests")
     batch.add_argument("inputs", nargs="*", help="audio files, folders, wav.scp, *.jsonl manifests")
@@ -78,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--summary-json", default=None, help="also write the summary as JSON here")
     batch.add_argument("--no-progress", action="store_true", help="no progress bar")
     batch.add_argument("--no-server-stats", action="store_true", help="skip ModelStatistics before/after")
+    batch.add_argument("--long", action="store_true",
+                       help="files of any length: cut at pauses, pieces transcribed in parallel, words stitched")
+    batch.add_argument("--words", action="store_true", help="each result carries its words with start/end times")
+    batch.add_argument("--format", choices=("jsonl", "srt", "vtt"), default="jsonl",
+                       help="jsonl (default), or subtitles of one input file (srt/vtt; implies --words)")
     return parser
 
 
@@ -88,6 +100,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("stream needs exactly one of FILE, - (stdin PCM) or --microphone")
     if args.command == "transcribe" and not args.inputs and not args.wavscp:
         parser.error("transcribe needs INPUT... or --wavscp")
+    if args.command == "transcribe" and args.format != "jsonl" and (len(args.inputs) != 1 or args.wavscp):
+        parser.error("--format srt/vtt writes the subtitles of one audio file: give exactly one")
     try:
         if args.command == "stream":
             return asyncio.run(_stream_command(args))
@@ -130,9 +144,19 @@ class PartialPrinter:
 
 
 async def _stream_command(args: argparse.Namespace) -> int:
+    parameters = {}
+    if args.hotwords:
+        parameters["hotwords"] = args.hotwords
+    if args.endpoint:
+        parameters["endpoint"] = True
+        if args.endpoint_silence is not None:
+            parameters["endpoint_rule2_silence"] = args.endpoint_silence
+    if args.words:
+        parameters["details"] = True
     options = StreamOptions(
         model=args.model or DEFAULT_STREAMING_MODEL, chunk_ms=args.chunk_ms,
-        wenet_chunks=args.wenet_chunks, realtime=args.realtime,
+        wenet_chunks=args.wenet_chunks, realtime=args.realtime, parameters=parameters or None,
+        details=args.endpoint or args.words,
     )
     stop = asyncio.Event()
     stops_on_ctrl_c = False
@@ -147,6 +171,8 @@ async def _stream_command(args: argparse.Namespace) -> int:
         else:
             source = (await asyncio.to_thread(load_audio, args.audio)).samples
         printer = PartialPrinter(sys.stderr)
+        if options.details:
+            printer = SegmentPrinter(printer, sys.stdout, args.words)
         async with StreamingClient(args.url, options) as client:
             result = await client.transcribe(source, sequence_id=args.sequence_id, on_partial=printer)
         printer.finish()
@@ -163,12 +189,40 @@ async def _stream_command(args: argparse.Namespace) -> int:
             partials=[dict(text=p.text, audio_end_s=round(p.audio_end_s, 3), latency_ms=round(p.latency_s * 1e3, 2))
                       for p in result.partials],
         ), ensure_ascii=False))
-    else:
+    elif not options.details:  # with segments, each final was printed as it ended
         print(result.text)
     latency = report.percentiles_ms(result.chunk_latencies_s)
     print(f"{len(result.partials)} chunks, {result.audio_s:.2f} s audio in {result.elapsed_s:.2f} s; latency ms "
           + ", ".join(f"{k} {v:.1f}" for k, v in latency.items()), file=sys.stderr)
     return EXIT_OK
+
+
+class SegmentPrinter:
+    """Prints every segment's final (endpointing, or END) on `out` as it ends: `[start - end] text`, and with
+    `words` one `  word start end confidence` line per word; partials still go to the PartialPrinter."""
+
+    def __init__(self, partials: PartialPrinter, out: TextIO, words: bool):
+        self._partials = partials
+        self._out = out
+        self._words = words
+
+    def __call__(self, partial: Partial) -> None:
+        finals = partial.finals
+        if finals:
+            self._partials.finish()
+        for segment in finals:
+            if not segment.get("text"):
+                continue
+            self._out.write(f"[{segment.get('start', 0.0):8.2f} - {segment.get('end', 0.0):8.2f}] "
+                            f"{segment['text']}\n")
+            if self._words:
+                for w in segment.get("words", []):
+                    self._out.write(f"  {w['word']} {w['start']:.2f} {w['end']:.2f} {w['confidence']:.2f}\n")
+            self._out.flush()
+        self._partials(partial)
+
+    def finish(self) -> None:
+        self._partials.finish()
 
 
 def _on_sigint(callback) -> bool:
@@ -187,9 +241,13 @@ def _on_sigint(callback) -> bool:
 async def _transcribe_command(args: argparse.Namespace) -> int:
     try:
         utterances = collect_utterances([*args.inputs, *args.wavscp], args.trans, args.data_dir)
+        if args.long and args.streaming:
+            raise ValueError("--long cuts files for the offline model: it does not go with --streaming")
         options = TranscribeOptions(
             streaming=args.streaming, model=args.model, concurrency=args.concurrency,
             stream=StreamOptions(chunk_ms=args.chunk_ms, wenet_chunks=args.wenet_chunks, realtime=args.realtime),
+            parameters={"hotwords": args.hotwords} if args.hotwords else None,
+            words=args.words or args.format != "jsonl", long=args.long,
         )
     except (InputError, OSError, ValueError) as error:
         print(f"asr-client: {error}", file=sys.stderr)
@@ -222,7 +280,12 @@ async def _run_batch(
     progress = tqdm(total=len(utterances), unit="utt", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
 
     def on_result(result: UtteranceResult) -> None:
-        output.write(json.dumps(report.result_record(result), ensure_ascii=False) + "\n")
+        if args.format == "jsonl":
+            output.write(json.dumps(report.result_record(result), ensure_ascii=False) + "\n")
+        elif result.ok:
+            timed = [longform.Word(w, s, e, c) for w, s, e, c in result.words]
+            render = subtitles.to_srt if args.format == "srt" else subtitles.to_vtt
+            output.write(render(subtitles.cues(timed)))
         output.flush()
         if result.error is not None:
             # tqdm.write keeps the bar intact below the message.

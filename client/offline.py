@@ -11,7 +11,7 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from client.tensors import transcript_of, transcript_output, wav_inputs
+from client.tensors import details_of, transcript_of, transcript_output, wav_inputs
 
 DEFAULT_OFFLINE_MODEL = "attention_rescoring"
 
@@ -24,6 +24,7 @@ class OfflineError(Exception):
 class OfflineResult:
     text: str  # transcript
     latency_s: float  # request round trip, seconds
+    details: Optional[dict] = None  # the DETAILS JSON (words, times, n-best) when asked for
 
 
 async def recognize(
@@ -32,16 +33,21 @@ async def recognize(
     model: str = DEFAULT_OFFLINE_MODEL,
     request_id: str = "",
     timeout_s: Optional[float] = None,
+    parameters: Optional[dict] = None,
+    details: bool = False,
 ) -> OfflineResult:
-    """samples: (n,) float32 at 16 kHz in [-1, 1]."""
+    """samples: (n,) float32 at 16 kHz in [-1, 1]; parameters: request parameters (hotwords, details, ...);
+    details: also ask for the DETAILS output."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
         result = await grpc_client.infer(
-            model, wav_inputs(samples), outputs=transcript_output(), request_id=request_id, client_timeout=timeout_s
+            model, wav_inputs(samples), outputs=transcript_output(details), request_id=request_id,
+            client_timeout=timeout_s, parameters=parameters or None,
         )
     except InferenceServerException as error:
         raise OfflineError(f"model '{model}': {error.message()}") from error
     except grpc.RpcError as error:
         raise OfflineError(f"model '{model}': {error}") from error
-    return OfflineResult(text=transcript_of(result), latency_s=loop.time() - started)
+    return OfflineResult(text=transcript_of(result), latency_s=loop.time() - started,
+                         details=details_of(result) if details else None)

@@ -190,6 +190,8 @@ def result_record(result: UtteranceResult) -> dict:
                   duration_s=round(result.duration_s, 3), elapsed_s=round(result.elapsed_s, 4))
     if result.chunk_latencies_s:
         record["latency_ms"] = [round(v * 1000.0, 2) for v in result.chunk_latencies_s]
+    if result.words:
+        record["words"] = [dict(word=w, start=s, end=e, confidence=c) for w, s, e, c in result.words]
     if result.error is not None:
         record["error"] = result.error
     return record

@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import random
 from dataclasses import dataclass
-from typing import AsyncIterable, AsyncIterator, Callable, Optional, Union
+from typing import Any, AsyncIterable, AsyncIterator, Callable, Mapping, Optional, Union
 
 import grpc
 import numpy as np
@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from client import chunking
 from client.audio import SAMPLE_RATE
-from client.tensors import transcript_of, transcript_output, wav_inputs
+from client.tensors import details_of, transcript_of, transcript_output, wav_inputs
 
 DEFAULT_URL = "127.0.0.1:8001"
 DEFAULT_STREAMING_MODEL = "streaming_wenet"
@@ -39,6 +39,9 @@ class StreamOptions:
     wenet_chunks: bool = False  # send WeNet's zero-padded 11040 then 10240-sample chunks instead of chunk_ms
     realtime: bool = False  # pace chunks at the speed of speech (a chunk leaves once its audio "happened")
     stream_timeout_s: Optional[float] = None  # give up on an utterance's stream after this many seconds
+    # request parameters sent with START: details, endpoint, endpoint_rule2_silence, hotwords, ...
+    parameters: Optional[Mapping[str, Any]] = None
+    details: bool = False  # ask for the DETAILS output with every chunk (segments that ended, words, times)
 
     def __post_init__(self):
         if not self.model:
@@ -57,6 +60,12 @@ class Partial:
     text: str  # transcript so far
     audio_end_s: float  # seconds of audio sent up to and including this chunk
     latency_s: float  # from sending this chunk to receiving its response
+    details: Optional[dict] = None  # its DETAILS JSON when StreamOptions.details
+
+    @property
+    def finals(self) -> list[dict]:
+        """The segments that ended with this chunk (endpointing, or END), each with its final text."""
+        return list((self.details or {}).get("finals", []))
 
 
 @dataclass(frozen=True)
@@ -142,7 +151,8 @@ class StreamingClient:
                 yield dict(
                     model_name=self.options.model,
                     inputs=wav_inputs(plan.padded(chunk, index), len(chunk)),
-                    outputs=transcript_output(),
+                    outputs=transcript_output(self.options.details),
+                    parameters=dict(self.options.parameters) if index == 0 and self.options.parameters else None,
                     request_id=request_id,
                     sequence_id=sequence_id,
                     sequence_start=index == 0,
@@ -158,7 +168,8 @@ class StreamingClient:
                     raise StreamingError(f"model '{self.options.model}' sequence {sequence_id}: {error.message()}")
                 received = loop.time()
                 sent_at, audio_end_s = sent.lookup(result.get_response().id, received)
-                partial = Partial(len(partials), transcript_of(result), audio_end_s, received - sent_at)
+                partial = Partial(len(partials), transcript_of(result), audio_end_s, received - sent_at,
+                                  details_of(result) if self.options.details else None)
                 partials.append(partial)
                 if on_partial is not None:
                     on_partial(partial)

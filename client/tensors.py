@@ -6,12 +6,16 @@ have max_batch_size > 0, so every request carries a leading batch dimension of o
 
 from __future__ import annotations
 
+import json
+from typing import Optional
+
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 
 WAV = "WAV"
 WAV_LENS = "WAV_LENS"
 TRANSCRIPTS = "TRANSCRIPTS"
+DETAILS = "DETAILS"  # optional output: one JSON per request (words, times, n-best, segments)
 
 
 def wav_inputs(samples: np.ndarray, length: int | None = None) -> list[grpcclient.InferInput]:
@@ -23,8 +27,19 @@ def wav_inputs(samples: np.ndarray, length: int | None = None) -> list[grpcclien
     return [wav, lens]
 
 
-def transcript_output() -> list[grpcclient.InferRequestedOutput]:
-    return [grpcclient.InferRequestedOutput(TRANSCRIPTS)]
+def transcript_output(details: bool = False) -> list[grpcclient.InferRequestedOutput]:
+    """TRANSCRIPTS, and DETAILS when asked (a model without it refuses the request)."""
+    names = [TRANSCRIPTS, DETAILS] if details else [TRANSCRIPTS]
+    return [grpcclient.InferRequestedOutput(n) for n in names]
+
+
+def details_of(result: grpcclient.InferResult) -> Optional[dict]:
+    """The DETAILS JSON of a response, or None when it has none."""
+    values = result.as_numpy(DETAILS)
+    if values is None:
+        return None
+    value = values.reshape(-1)[0]
+    return json.loads(value.decode("utf-8") if isinstance(value, bytes) else str(value))
 
 
 def transcript_of(result: grpcclient.InferResult) -> str:

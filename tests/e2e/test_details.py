@@ -133,3 +133,58 @@ async def test_hotwords_reach_the_search_and_cost_no_accuracy_on_held_out_uttera
     # streaming: hotwords given on START bias that stream
     streamed = await stream(client, items[6][1], {"details": True, "hotwords": "chairs:1.5"}, 701)
     assert details_of(streamed[-1])["nbest"][0]["score"] > 1
+
+
+def long_file(tmp_path, pause_s=0.7):
+    """The 12 held-out utterances in one file, with pauses: (path, reference text, [(start, end)] of each)."""
+    import soundfile as sf
+
+    from tests.e2e.test_bundled_model import utterances
+
+    parts, refs, spans, pos = [], [], [], 0
+    for _, samples, ref in utterances():
+        parts += [samples, np.zeros(int(pause_s * 16000), np.float32)]
+        refs.append(ref)
+        spans.append((pos / 16000, (pos + len(samples)) / 16000))
+        pos += len(samples) + int(pause_s * 16000)
+    path = tmp_path / "long.wav"
+    sf.write(path, np.concatenate(parts), 16000)
+    return path, " ".join(refs), spans
+
+
+async def test_cli_transcribes_a_long_file_in_pieces_with_words_and_subtitles(running, tmp_path, capsys):
+    from client.cli import main
+    from client.report import error_rates
+
+    path, reference, spans = long_file(tmp_path)
+    async with running(BUNDLED_REPO, allow_http=False) as server:
+        url = f"127.0.0.1:{server.grpc_port}"
+        rc = await asyncio.to_thread(main, ["transcribe", str(path), "--long", "-u", url, "--no-progress",
+                                            "--no-server-stats", "--output", str(tmp_path / "out.jsonl")])
+        assert rc == 0
+        record = json.loads((tmp_path / "out.jsonl").read_text())
+        rc = await asyncio.to_thread(main, ["transcribe", str(path), "--long", "--format", "srt", "-u", url,
+                                            "--no-progress", "--no-server-stats"])
+        srt = capsys.readouterr().out
+    assert rc == 0
+    assert error_rates([(reference, record["text"])]).wer <= 0.06
+    words = record["words"]
+    assert " ".join(w["word"] for w in words) == record["text"]
+    # stitched times: every utterance's words fall inside (or within 0.3 s of) its place in the file
+    starts = [w["start"] for w in words]
+    assert starts == sorted(starts) and words[-1]["end"] <= spans[-1][1] + 0.3
+    assert srt.startswith("1\n00:00:0") and " --> " in srt and "beach" in srt
+
+
+async def test_cli_stream_prints_each_segment_as_it_ends(running, tmp_path, capsys):
+    from client.cli import main
+
+    path, _, spans = long_file(tmp_path, pause_s=1.0)
+    async with running(BUNDLED_REPO, allow_http=False) as server:
+        rc = await asyncio.to_thread(main, ["stream", str(path), "--endpoint", "--chunk-ms", "640",
+                                            "-u", f"127.0.0.1:{server.grpc_port}"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    segments = [line for line in out.splitlines() if line.startswith("[")]
+    assert len(segments) == len(spans), out  # one segment per sentence: each 1 s pause ended one
+    assert "can you bring two chairs to the beach" in out
