@@ -130,6 +130,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         st, sp, _ = summary.confirmation["shipped"].get(load, (float("nan"), float("nan"), 0))
         print(f"confirmed at {load} (median of {n} alternating rounds): best {bt:.1f}/s p99 {bp:.0f} ms, "
               f"shipped {st:.1f}/s p99 {sp:.0f} ms")
+    if summary.confirmation and not summary.best.variants:
+        print("the search's best did not beat the shipped configuration when measured again: shipped kept")
     print(f"measured {summary.measured_points} points, {summary.resumed_points} from the checkpoint")
     print(f"results: {summary.csv_path}\nreport: {summary.report_path}\nbest configs: {summary.best_repository}")
     return 0

@@ -342,10 +342,25 @@ class Analyzer:
                 best, best_key = search.hill_climb(coords, start, self.evaluate, self.o.max_candidates,
                                                    self.o.min_gain)
             confirmation = self._confirm(best)
+            if confirmation and not self._confirmed(confirmation):
+                # The search's pick did not beat the shipped config when both were measured again alternately:
+                # its lead was noise, and the shipped config is what the output repository keeps.
+                log.warning("%s did not beat the shipped configuration in the confirmation rounds: keeping the "
+                            "shipped one", self.config_path(best))
+                best, best_key = SHIPPED, self.scores[SHIPPED.key()]
         finally:
             if self.bar is not None:
                 self.bar.close()
         return self._write_outputs(best, best_key, confirmation)
+
+    def _confirmed(self, confirmation: dict) -> bool:
+        """Whether the best's confirmed medians rank above the shipped config's."""
+        def key(label: str) -> tuple:
+            points = [Measured(throughput=t, p99_ms=p, streams=int(load[1:]) if load.startswith("s") else 0)
+                      for load, (t, p, _) in confirmation.get(label, {}).items()]
+            return objectives.score(self.o.objective, self.o.constraints, points)
+
+        return key("best") > key("shipped")
 
     def _confirm(self, best: Candidate) -> dict:
         """Shipped and best measured again, alternately, `confirm_rounds` times; medians per load point."""
@@ -442,6 +457,9 @@ class Analyzer:
                  f"best: {self.config_path(best)} ({best.describe()}), objective {best_key[1]:.2f}"
                  f" vs shipped {shipped_key[1]:.2f}",
                  f"tuned models: {', '.join(self.tuned)}"]
+        if confirmation and best == SHIPPED:
+            notes.append("the search's pick did not beat the shipped config when both were measured again "
+                         "(confirmation rounds below): the shipped config is kept as the best")
         for load in (k for k, _ in self.load_points):
             if load in confirmation.get("best", {}) and load in confirmation.get("shipped", {}):
                 (bt, bp, n), (st, sp, _) = confirmation["best"][load], confirmation["shipped"][load]

@@ -62,11 +62,13 @@ def test_sweep_finds_a_config_at_least_as_good_as_the_shipped_one_and_writes_tri
     shipped = float(by_config["identity_fp32_config_default"]["Throughput (infer/sec)"])
     best = float(by_config[summary.best_name]["Throughput (infer/sec)"])
     assert best >= shipped and summary.best_score >= summary.shipped_score  # measured, not assumed
-    if summary.best.variants:  # one more alternating measurement of shipped and best, kept out of the CSV
+    if summary.confirmation:  # the search picked a candidate: shipped and it measured once more, out of the CSV
         assert summary.measured_points == 5 and len(table) == 3
         assert set(summary.confirmation) == {"shipped", "best"} and summary.confirmation["best"]["c4"][2] == 1
-    else:
-        assert summary.measured_points == 3 and summary.confirmation == {}
+        best_t, shipped_t = summary.confirmation["best"]["c4"][0], summary.confirmation["shipped"]["c4"][0]
+        assert (best_t > shipped_t) == bool(summary.best.variants)  # a pick that lost the rematch is not kept
+    else:  # the shipped config won the search: nothing to confirm
+        assert summary.measured_points == 3 and not summary.best.variants
     assert summary.resumed_points == 0
     assert (export / "output_model_repository" / "identity_fp32_config_0" / "config.pbtxt").is_file()
     assert (export / "reports" / "summary.html").is_file() and (export / "reports" / "throughput_vs_latency.png").is_file()
@@ -109,3 +111,34 @@ def test_resume_from_checkpoint_skips_measured_points(repo, tmp_path, capsys):
     assert "measured 1 points, 2 from the checkpoint" in capsys.readouterr().out
     again = {(r["Model Config Path"], r["Throughput (infer/sec)"]) for r in rows(export)}
     assert {(r["Model Config Path"], r["Throughput (infer/sec)"]) for r in first} < again
+
+
+async def test_running_server_in_explicit_mode_is_tuned_and_left_with_its_shipped_config(repo, tmp_path, running):
+    import asyncio
+
+    import tritonclient.grpc.aio as grpcclient
+
+    async with running(repo, allow_http=False, model_control_mode="explicit",
+                       load_models=("identity_fp32",)) as server:
+        url = f"127.0.0.1:{server.grpc_port}"
+        opts = options(None, tmp_path / "out", url=url, grid={"*": {"instance_count": (3,)}})
+        summary = await asyncio.to_thread(Analyzer(opts).run)  # the server answers on this test's event loop
+        table = rows(tmp_path / "out")
+        client = grpcclient.InferenceServerClient(url)
+        try:
+            config = (await client.get_model_config("identity_fp32")).config
+        finally:
+            await client.close()
+    assert {r["Model Config Path"] for r in table} == {"identity_fp32_config_default", "identity_fp32_config_0"}
+    assert all(r["RAM Usage (MB)"] == "" for r in table)  # not our process: memory is not measured
+    assert config.instance_group[0].count == 2  # the repository's config again (onnxruntime's default: 2)
+    assert summary.best_repository.joinpath("identity_fp32", "config.pbtxt").is_file()
+
+
+async def test_a_server_without_explicit_model_control_is_refused(repo, tmp_path, running):
+    import asyncio
+
+    async with running(repo, allow_http=False) as server:
+        opts = options(None, tmp_path / "out", url=f"127.0.0.1:{server.grpc_port}")
+        with pytest.raises(RuntimeError, match="--model-control-mode=explicit"):
+            await asyncio.to_thread(Analyzer(opts).run)
