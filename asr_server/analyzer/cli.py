@@ -128,7 +128,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"; shipped {summary.shipped_score[1]:.2f}")
     for load, (bt, bp, n) in summary.confirmation.get("best", {}).items():
         st, sp, _ = summary.confirmation["shipped"].get(load, (float("nan"), float("nan"), 0))
-        print(f"confirmed at {load} (median of {n} alternating rounds): best {bt:.1f}/s p99 {bp:.0f} ms, "
+        print(f"confirmed at {load} (median of {n} alternating rounds): search pick {bt:.1f}/s p99 {bp:.0f} ms, "
               f"shipped {st:.1f}/s p99 {sp:.0f} ms")
     if summary.confirmation and not summary.best.variants:
         print("the search's best did not beat the shipped configuration when measured again: shipped kept")

@@ -463,7 +463,7 @@ class Analyzer:
         for load in (k for k, _ in self.load_points):
             if load in confirmation.get("best", {}) and load in confirmation.get("shipped", {}):
                 (bt, bp, n), (st, sp, _) = confirmation["best"][load], confirmation["shipped"][load]
-                notes.append(f"confirmed at {load} (median of {n} alternating rounds): best {bt:.1f}/s p99 {bp:.0f} ms"
+                notes.append(f"confirmed at {load} (median of {n} alternating rounds): search pick {bt:.1f}/s p99 {bp:.0f} ms"
                              f" vs shipped {st:.1f}/s p99 {sp:.0f} ms ({100 * (bt / st - 1):+.0f}% throughput)")
         html_path = report.write_html(shown, reports / "summary.html", f"asr-model-analyzer: {self.o.model}",
                                       notes, png.name if png else None)
