@@ -84,12 +84,15 @@ def hill_climb(coordinates: Sequence[Coordinate], start: Sequence[int], evaluate
     after `max_candidates` evaluations. A quick search: it finds a local optimum, not the grid's best."""
     cache: dict[str, tuple[Candidate, tuple]] = {SHIPPED.key(): (SHIPPED, evaluate(SHIPPED))}  # baseline first
 
+    evaluated = [1]  # evaluations so far (the shipped config's); the cache also holds the start's alias
+
     def run(index: tuple[int, ...]) -> Optional[tuple]:
         candidate = candidate_at(coordinates, index)
         if candidate.key() not in cache:
-            if len(cache) >= max_candidates:
+            if evaluated[0] >= max_candidates:
                 return None
             cache[candidate.key()] = (candidate, evaluate(candidate))
+            evaluated[0] += 1
         return cache[candidate.key()][1]
 
     current = tuple(start)

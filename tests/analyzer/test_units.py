@@ -94,6 +94,9 @@ def test_hill_climb_reaches_the_maximum_with_fewer_evaluations_than_the_grid():
     best, key = search.hill_climb(coords, (0, 0), evaluate, max_candidates=30, min_gain=0.0)
     assert best.variant("m").as_dict() == {"instance_count": 4, "max_queue_delay_us": 1000}
     assert len(calls) == len(set(calls)) < 6 * 5
+    evaluate, calls = _bowl(4, 1000)
+    search.hill_climb(coords, (0, 0), evaluate, max_candidates=3, min_gain=0.0)
+    assert len(calls) == 3  # the budget counts evaluations: shipped + 2 neighbours
 
 
 def test_constraints_rank_satisfying_points_first():
