@@ -111,7 +111,10 @@ class OpenVINOBackend(TensorBatchBackend):
         self._options = OpenVINOOptions.from_parameters(context_parameters(context.config))
         model = read_model(context.model_file, context.name)
         self._output_names = self._check_config_against_model(model)
-        self._input_names = [port.get_any_name() for port in model.inputs]
+        declared = self._declared_inputs()
+        # The name clients use for each input: the declared one where a port has several names.
+        self._input_names = [next((d for d in declared if d in port.get_names()), port.get_any_name())
+                             for port in model.inputs]
         model = self._shape_model(model)
         model = self._set_config_types(model)
         try:
@@ -177,8 +180,9 @@ class OpenVINOBackend(TensorBatchBackend):
         shapes = {}
         for port in model.inputs:
             shape = port.get_partial_shape()
-            if self._options.reshape_io_layers and port.get_any_name() in dims_of:
-                body = [ov.Dimension() if d == WILDCARD_DIM else ov.Dimension(d) for d in dims_of[port.get_any_name()]]
+            config_name = next((n for n in port.get_names() if n in dims_of), None)
+            if self._options.reshape_io_layers and config_name is not None:
+                body = [ov.Dimension() if d == WILDCARD_DIM else ov.Dimension(d) for d in dims_of[config_name]]
                 shape = ov.PartialShape(([ov.Dimension()] if batch else []) + body)
             if batch > 0 and shape.rank.is_static and len(shape) > 0:
                 shape = ov.PartialShape(list(shape))

@@ -329,3 +329,16 @@ def test_kind_auto_stays_on_the_cpu_where_gpus_are_seen(tmp_path: Path) -> None:
     model_dir = ir_folder(tmp_path, "m", 'backend: "openvino"\ninstance_group [{ kind: KIND_AUTO }]')
     config = complete_config(read_config(model_dir), model_dir, [1], gpus=[0])
     assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+
+
+def test_reshape_io_layers_gives_inputs_the_config_dims(tmp_path: Path) -> None:
+    """An IR exported at [1, 4] takes rows of any length once RESHAPE_IO_LAYERS applies the config's [-1]."""
+    config = ('backend: "openvino"\nmax_batch_size: 8\n'
+              'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [-1] }]\n'
+              'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [-1] }]\n')
+    fixed = load(ir_folder(tmp_path / "fixed", "m", config, shape=[1, 4]))
+    assert fixed.compiled.inputs[0].get_partial_shape().to_string() == "[?,4]"
+    backend = load(ir_folder(tmp_path / "reshaped", "m", config + parameters(RESHAPE_IO_LAYERS="YES"), shape=[1, 4]))
+    assert backend.compiled.inputs[0].get_partial_shape().to_string() == "[?,?]"
+    a = RNG.random((2, 6), dtype=np.float32)
+    np.testing.assert_allclose(ok(backend.execute([request(INPUT0=a, INPUT1=a)])[0]).output("OUTPUT0").data, 2 * a)
