@@ -4,7 +4,8 @@
 
 Starts the server on the model repository in a subprocess (127.0.0.1), then:
 1. offline: every utterance of the data folder through `attention_rescoring` at concurrency 8, reporting
-   RTF (wall time / audio time), WER and the latency p50/p99;
+   RTF (wall time / audio time), WER and the latency p50/p99, and the server's CPU-seconds per audio-second
+   beside the neural floor of the same work (bare ONNX Runtime, bench/offline_floor.py);
 2. streaming: S concurrent streams through `streaming_wenet`, each paced at real time with 640 ms chunks,
    for S = 1, 2, 4, ... until the p99 chunk latency (sending a chunk -> its partial transcript) exceeds
    300 ms or the final results fall behind; prints the largest S that stayed under 300 ms.
@@ -25,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _server import serve_repository  # noqa: E402  (bench/ is on sys.path when run as a script)
+from offline_floor import offline_floor  # noqa: E402
+from vs_sherpa import cpu_seconds  # noqa: E402
 
 P99_BUDGET_MS = 300.0
 
@@ -106,10 +109,17 @@ def main() -> int:
     proc.start()
     try:
         url = f"127.0.0.1:{ports.get(timeout=120)}"
+        asyncio.run(offline(url, items[:1], 1))  # warm-up outside the CPU count
+        cpu0 = cpu_seconds(proc.pid)
         off = asyncio.run(offline(url, items, args.concurrency))
+        server_cpu = (cpu_seconds(proc.pid) - cpu0) / off["audio_s"]  # includes offline()'s own warm-up request
         print(f"offline attention_rescoring, {len(items)} utterances ({off['audio_s']:.1f} s audio), "
               f"concurrency {args.concurrency}: RTF {off['rtf']:.4f}, latency p50 {off['p50_ms']:.0f} ms "
               f"p99 {off['p99_ms']:.0f} ms, WER {100 * (off['wer'] or 0):.1f}%")
+        floor = offline_floor(args.repo, items)
+        print(f"offline CPU-s per audio-s: server {server_cpu:.4f}; neural floor (bare ONNX Runtime, 1 thread, "
+              f"batch 1) encoder {floor['encoder']:.4f}, encoder + decoder {floor['encoder_decoder']:.4f}: "
+              f"server = {server_cpu / floor['encoder_decoder']:.2f}x the floor")
         print(f"\nstreaming_wenet, paced real-time streams, {args.chunk_ms:.0f} ms chunks")
         print(f"{'streams':>8} {'p50 ms':>8} {'p99 ms':>8} {'final lag ms':>13} {'WER %':>6}")
         best, count, exceeded = 0, 1, False
