@@ -44,6 +44,12 @@ def thread_cpu(pid: int) -> collections.Counter:
     return out
 
 
+def sys_seconds(pid: int) -> float:
+    """Kernel-mode CPU seconds of a process: thread wake-ups, polling and copies show up here."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
 def batch_stats(url: str) -> dict:
     """{model: (inference count, execution count, execution ns)} from the server's statistics."""
     import tritonclient.grpc as grpcclient
@@ -106,13 +112,17 @@ def main() -> int:
             time.sleep(1.0)
         stats0 = batch_stats(url)
         threads0 = thread_cpu(proc.pid)
-        cpu0, wall = cpu_seconds(proc.pid), time.monotonic()
+        cpu0, client0, wall = cpu_seconds(proc.pid), cpu_seconds(None), time.monotonic()
+        sys0 = sys_seconds(proc.pid)
         r = asyncio.run(ours_paced(url, items, args.streams, args.chunk_ms, args.seconds))
         cpu, wall = cpu_seconds(proc.pid) - cpu0, time.monotonic() - wall
+        client_cpu = cpu_seconds(None) - client0  # the load generator shares the machine's cores
+        kernel = sys_seconds(proc.pid) - sys0
         print(f"{args.streams} paced streams, {r['audio_s']:.0f} s of audio in {wall:.1f} s: server "
               f"{cpu:.2f} CPU-s = {cpu / r['audio_s']:.4f} CPU-s per audio-s; final latency p50 "
               f"{r['final_p50_ms']:.0f} p99 {r['final_p99_ms']:.0f} ms; chunk p99 {r['chunk_p99_ms']:.0f} ms; "
-              f"errors {r['errors']}")
+              f"errors {r['errors']}; load generator {client_cpu / wall:.2f} cores, server {cpu / wall:.2f} cores "
+              f"({100 * kernel / max(cpu, 1e-9):.0f}% of it in the kernel)")
         stats = batch_stats(url)
         print("average batch (requests / executions): " + ", ".join(
             f"{m} {(stats[m][0] - stats0.get(m, (0, 0, 0))[0]) / max(1, stats[m][1] - stats0.get(m, (0, 0, 0))[1]):.1f}"
