@@ -28,8 +28,8 @@ MAX_PIECE_S = 20.0  # longest piece sent in one request (well under the built re
 MIN_PAUSE_S = 0.3  # a quiet stretch at least this long is a place to cut
 PAD_S = 0.3  # pause kept on each side of a piece (the model saw sentences with some silence around them)
 MIN_PIECE_S = 1.0  # speech shorter than this between pauses is joined to its neighbour
-QUIET_DB = 40.0  # a frame this far below the loud frames (95th percentile) counts as quiet
-SILENT_DB = -60.0  # a frame below this mean power (dB re full scale) is quiet whatever the file's level
+ABOVE_FLOOR_DB = 12.0  # a frame at most this far above the noise floor (10th percentile) counts as quiet
+SILENT_DB = -90.0  # a frame below this mean power (dB re full scale) is digital silence
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,12 @@ def find_pieces(samples: np.ndarray, max_piece_s: float = MAX_PIECE_S, min_pause
     energy = np.square(samples[: n_frames * frame].astype(np.float64).reshape(n_frames, frame)).mean(axis=1)
     db = 10 * np.log10(energy + 1e-12)
     loud = np.percentile(db, 95)
-    # relative to the file's loud frames (recordings differ in level), but never within 6 dB of them (steady
-    # speech has no pause) and always below digital silence's level
-    threshold = min(max(loud - QUIET_DB, np.percentile(db, 5) + 3.0), loud - 6.0)
+    # quiet: near the file's noise floor (recordings differ in level and noise; digital silence, which some
+    # files hold in places, is left out of the floor's estimate), and never within 10 dB of the loud frames
+    # (steady speech has no pause)
+    sounding = db[db > SILENT_DB]
+    floor = np.percentile(sounding, 10) if sounding.size else SILENT_DB
+    threshold = min(floor + ABOVE_FLOOR_DB, loud - 10.0)
     quiet = (db < threshold) | (db < SILENT_DB)
     if quiet.all():
         return []

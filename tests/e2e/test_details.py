@@ -142,8 +142,9 @@ def long_file(tmp_path, pause_s=0.7):
     from tests.e2e.test_bundled_model import utterances
 
     parts, refs, spans, pos = [], [], [], 0
-    for _, samples, ref in utterances():
-        parts += [samples, np.zeros(int(pause_s * 16000), np.float32)]
+    rng = np.random.default_rng(0)
+    for _, samples, ref in utterances():  # pauses of low noise, as in a recording
+        parts += [samples, (0.002 * rng.standard_normal(int(pause_s * 16000))).astype(np.float32)]
         refs.append(ref)
         spans.append((pos / 16000, (pos + len(samples)) / 16000))
         pos += len(samples) + int(pause_s * 16000)
@@ -167,7 +168,8 @@ async def test_cli_transcribes_a_long_file_in_pieces_with_words_and_subtitles(ru
                                             "--no-progress", "--no-server-stats"])
         srt = capsys.readouterr().out
     assert rc == 0
-    assert error_rates([(reference, record["text"])]).wer <= 0.06
+    # measured 3/96 words wrong ("paul" lost at a piece start); its parts one by one: 1/96
+    assert error_rates([(reference, record["text"])]).wer <= 0.04
     words = record["words"]
     assert " ".join(w["word"] for w in words) == record["text"]
     # stitched times: every utterance's words fall inside (or within 0.3 s of) its place in the file

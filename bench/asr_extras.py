@@ -1,0 +1,328 @@
+"""Issue 18's figures: what DETAILS, hotwords and endpointing cost per chunk, word-timestamp accuracy, endpoint
+delay after a 1 s pause, and a long file in pieces against its parts one by one.
+
+    python bench/asr_extras.py [--repo model_repo] [--skip-server]
+
+1. per-chunk cost (no server): the bundled streaming encoder (ONNX Runtime, batch 1) runs once over the
+   held-out utterances; its outputs are replayed through StreamingScorer.step plain, with DETAILS (words and
+   n-best every chunk), with 100 hotwords, and with endpointing; the figure is the scorer's time per chunk.
+2. timestamps: sentences synthesised word by word with espeak-ng (each word's audio trimmed, joined with
+   short gaps, so every word boundary is known), recognised offline and streaming with details=true; mean
+   |start error| and |end error| over the words the recogniser got right.
+3. endpoint: two synthesised sentences with a 1 s pause, streamed in 640 ms chunks with endpointing: where
+   the first segment ended (audio time) after the first sentence's last word, and when its final arrived.
+4. long file: the held-out utterances repeated into about 10 minutes (0.7 s pauses), `transcribe_long`
+   (pieces in parallel) against the utterances sent one by one; WER and wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from _server import serve_repository  # noqa: E402
+
+RATE = 16000
+FLUENT = True  # whole sentences, boundaries from synthesising prefixes (False: words synthesised one by one)
+SENTENCES = ["can you bring two chairs to the beach", "i need twelve brown boxes",
+             "peter and rosa went to the market at five forty", "my phone number is zero four eight nine",
+             "carla found a cup of tea on sunday", "the train to the garden leaves at seven ten"]
+
+
+# ------------------------------------------------------------------------------------------- 1. cost
+
+
+class OrtStreamingEncoder:
+    """The streaming encoder graph, one job at a time, caches per key (what the server's sequence batcher
+    holds as implicit state)."""
+
+    def __init__(self, path: Path):
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.zero = {i.name: (i.shape[1:], np.int64 if "int64" in i.type else np.float32)
+                     for i in self.session.get_inputs() if i.name in ("offset", "att_cache", "cnn_cache", "cache_mask")}
+        self.state = {}
+
+    def __call__(self, jobs):
+        from asr_server.asr.pipeline import EncoderResult
+
+        out = []
+        for job in jobs:
+            if job.start or job.key not in self.state:
+                self.state[job.key] = {n: np.zeros([1, *shape], dtype) for n, (shape, dtype) in self.zero.items()}
+            feeds = {"chunk_xs": job.window[None].astype(np.float32),
+                     "chunk_lens": np.array([job.valid], np.int32), **self.state[job.key]}
+            lp, ids, chunk_out, lens, *new = self.session.run(None, feeds)
+            self.state[job.key] = dict(zip(("offset", "att_cache", "cnn_cache", "cache_mask"), new))
+            out.append(EncoderResult(lp[0], ids[0], chunk_out[0], int(lens.reshape(-1)[0])))
+        return out
+
+
+class Replay:
+    """Records the encoder's results per (key, window) once, then answers from the record."""
+
+    def __init__(self, encoder):
+        self.encoder = encoder
+        self.record = {}
+        self.count = {}
+
+    def __call__(self, jobs):
+        out = []
+        for job in jobs:
+            n = self.count.get(job.key, 0) if not job.start else 0
+            self.count[job.key] = n + 1
+            key = (job.key, n)
+            if key not in self.record:
+                self.record[key] = self.encoder([job])[0]
+            out.append(self.record[key])
+        return out
+
+
+def scorer_cost(repo: Path, items) -> dict:
+    from asr_server.asr.features import FbankConfig
+    from asr_server.asr.pipeline import StreamChunk, StreamingFeatures, StreamingScorer
+    from asr_server.asr.hotwords import Hotwords
+    from asr_server.asr import serving_config
+
+    params = {k: v for k, v in _params(repo / "wenet" / "config.pbtxt").items()}
+    tokenizer = serving_config.tokenizer({"model_repository": str(repo / "wenet")}, params)
+    settings = serving_config.decoding_settings(params, tokenizer.symbols)
+    window = serving_config.window_config(params)
+    features = StreamingFeatures(FbankConfig())
+    chunk = int(0.64 * RATE)
+    streams = []
+    for key, (_, samples, _) in enumerate(items):
+        pieces = [samples[i:i + chunk] for i in range(0, len(samples), chunk)]
+        frames = [features.accept_many([(key, p, i == 0, i == len(pieces) - 1)])[0] for i, p in enumerate(pieces)]
+        streams.append(frames)
+    replay = Replay(OrtStreamingEncoder(repo / "streaming_encoder" / "1" / "streaming_encoder.onnx"))
+    nouns = ("chairs boxes market garden tea sunday beach station hospital office kitchen library airport museum "
+             "bakery violin umbrella lamp bottle window").split()
+    hot = "|".join(f"{a} {b}" for a in ("the", "two", "red", "my", "old") for b in nouns)  # 100 phrases
+    variants = {
+        "plain": ({}, False),
+        "DETAILS (words + n-best every chunk)": ({"details": True}, True),
+        "DETAILS without details=true": ({}, True),
+        "100 hotwords": ({"hotwords": hot}, False),
+        "endpointing": ({"endpoint": True}, False),
+        "all three": ({"details": True, "hotwords": hot, "endpoint": True}, True),
+    }
+    results = {}
+    for repeat in range(3):
+        for name, (parameters, want) in variants.items():
+            scorer = StreamingScorer(tokenizer, settings, window, 80, int(params["encoder_output_size"]),
+                                     Hotwords(tokenizer.encode))
+            spent, chunks = 0.0, 0
+            for key, frames in enumerate(streams):
+                for i, f in enumerate(frames):
+                    c = StreamChunk(key, f, i == 0, i == len(frames) - 1, parameters if i == 0 else {}, want)
+                    if repeat == 0 and name == "plain":
+                        scorer.step([c], replay)  # records the encoder's outputs
+                        continue
+                    t0 = time.perf_counter()
+                    scorer.step([c], replay)
+                    spent += time.perf_counter() - t0
+                    chunks += 1
+            if chunks:
+                results[name] = min(results.get(name, 1e9), 1e3 * spent / chunks)
+    return results
+
+
+def _params(config: Path) -> dict:
+    import re
+
+    return dict(re.findall(r'key: "([^"]+)" value: \{ string_value: "([^"]*)" \}', config.read_text()))
+
+
+# ------------------------------------------------------------------------------------------- audio
+
+
+def espeak(text: str, voice: str = "en-us", speed: int = 150) -> np.ndarray:
+    from client.audio import load_audio
+
+    with tempfile.NamedTemporaryFile(suffix=".wav") as f:
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", f.name, text], check=True)
+        return load_audio(f.name).samples
+
+
+def trim(samples: np.ndarray, floor_db: float = -45.0) -> np.ndarray:
+    frame = 160
+    n = len(samples) // frame
+    db = 10 * np.log10(np.square(samples[: n * frame].reshape(n, frame)).mean(axis=1) + 1e-12)
+    loud = np.nonzero(db > floor_db)[0]
+    return samples[loud[0] * frame:(loud[-1] + 1) * frame] if loud.size else samples[:0]
+
+
+def word_by_word(sentence: str, gap_s: float = 0.06, lead_s: float = 0.4):
+    """(audio, [(word, start s, end s)]) of a sentence synthesised one word at a time."""
+    parts, truth, pos = [np.zeros(int(lead_s * RATE), np.float32)], [], int(lead_s * RATE)
+    for word in sentence.split():
+        audio = trim(espeak(word))
+        truth.append((word, pos / RATE, (pos + len(audio)) / RATE))
+        parts += [audio, np.zeros(int(gap_s * RATE), np.float32)]
+        pos += len(audio) + int(gap_s * RATE)
+    parts.append(np.zeros(int(lead_s * RATE), np.float32))
+    return np.concatenate(parts), truth
+
+
+def loud_span(samples: np.ndarray, floor_db: float = -45.0) -> tuple[float, float]:
+    frame = 160
+    n = len(samples) // frame
+    db = 10 * np.log10(np.square(samples[: n * frame].reshape(n, frame)).mean(axis=1) + 1e-12)
+    loud = np.nonzero(db > floor_db)[0]
+    return loud[0] * frame / RATE, (loud[-1] + 1) * frame / RATE
+
+
+def fluent(sentence: str):
+    """(audio, [(word, start s, end s)]) of a sentence synthesised whole; word k ends where the synthesis of
+    words 1..k alone stops sounding (its last loud frame), and starts where word k-1 ended."""
+    audio = espeak(sentence)
+    words = sentence.split()
+    start, _ = loud_span(audio)
+    truth = []
+    for k, word in enumerate(words):
+        _, end = loud_span(espeak(" ".join(words[: k + 1]))) if k < len(words) - 1 else loud_span(audio)
+        truth.append((word, start, end))
+        start = end
+    return audio, truth
+
+
+def timing_errors(truth, words) -> tuple[list[float], list[float]]:
+    import difflib
+
+    ref = [w for w, _, _ in truth]
+    hyp = [w["word"] for w in words]
+    starts, ends = [], []
+    for block in difflib.SequenceMatcher(a=ref, b=hyp, autojunk=False).get_matching_blocks():
+        for k in range(block.size):
+            _, s, e = truth[block.a + k]
+            w = words[block.b + k]
+            starts.append(abs(w["start"] - s))
+            ends.append(abs(w["end"] - e))
+    return starts, ends
+
+
+# ------------------------------------------------------------------------------------------- served
+
+
+async def served(url: str, items) -> None:
+    import tritonclient.grpc.aio as aioclient
+
+    from client.longform import transcribe_long
+    from client.offline import recognize
+    from client.report import error_rates
+    from client.streaming import StreamingClient, StreamOptions
+
+    client = aioclient.InferenceServerClient(url)
+    # 2. timestamps
+    if shutil.which("espeak-ng"):
+        offline_s, offline_e, stream_s, stream_e = [], [], [], []
+        for sentence in SENTENCES:
+            audio, truth = fluent(sentence) if FLUENT else word_by_word(sentence)
+            r = await recognize(client, audio, parameters={"details": True}, details=True)
+            s, e = timing_errors(truth, r.details["words"])
+            offline_s += s
+            offline_e += e
+            async with StreamingClient(url, StreamOptions(chunk_ms=640, parameters={"details": True},
+                                                          details=True)) as streaming:
+                result = await streaming.transcribe(audio)
+            words = [w for p in result.partials for f in p.finals for w in f.get("words", [])]
+            s, e = timing_errors(truth, words)
+            stream_s += s
+            stream_e += e
+        print(f"\n2. word timestamps vs espeak-ng {'prefix-synthesis' if FLUENT else 'word-by-word'} boundaries "
+              f"({len(SENTENCES)} sentences):")
+        print(f"   offline:   {len(offline_s)} words, mean |start error| {1e3 * np.mean(offline_s):.0f} ms, "
+              f"mean |end error| {1e3 * np.mean(offline_e):.0f} ms, mean of both "
+              f"{1e3 * np.mean(offline_s + offline_e):.0f} ms")
+        print(f"   streaming: {len(stream_s)} words, mean |start error| {1e3 * np.mean(stream_s):.0f} ms, "
+              f"mean |end error| {1e3 * np.mean(stream_e):.0f} ms, mean of both "
+              f"{1e3 * np.mean(stream_s + stream_e):.0f} ms")
+        # 3. endpoint after a 1 s pause
+        delays, arrivals = [], []
+        for first, second in zip(SENTENCES, SENTENCES[1:] + SENTENCES[:1]):
+            a, b = espeak(first), espeak(second)
+            a_speech_end = loud_span(a)[1]
+            noise = (0.002 * np.random.default_rng(1).standard_normal(RATE)).astype(np.float32)
+            audio = np.concatenate([a[:int(a_speech_end * RATE)], noise, trim(b), noise[:RATE // 2]])
+            options = StreamOptions(chunk_ms=640, parameters={"endpoint": True}, details=True)
+            async with StreamingClient(url, options) as streaming:
+                result = await streaming.transcribe(audio)
+            firsts = [(p, f) for p in result.partials for f in p.finals if f["segment"] == 0]
+            if firsts and firsts[0][1]["end"] < a_speech_end + 1.0 + 0.5:
+                p, f = firsts[0]
+                delays.append(f["end"] - a_speech_end)
+                arrivals.append(p.audio_end_s - a_speech_end)
+        print(f"\n3. endpoint after a 1 s pause (rule 2 at its default 0.8 s, 640 ms chunks), {len(delays)} of "
+              f"{len(SENTENCES)} pauses detected:")
+        if delays:
+            print(f"   segment end after the last word's end: mean {1e3 * np.mean(delays):.0f} ms, max "
+                  f"{1e3 * np.max(delays):.0f} ms; final received once the client had sent audio up to "
+                  f"mean {1e3 * np.mean(arrivals):.0f} ms, max {1e3 * np.max(arrivals):.0f} ms after it")
+    # 4. long file
+    # pauses of low noise, as a recording has (pieces that begin with digital zeros confuse the demo model:
+    # its fbank of exact silence is far below anything it was trained on)
+    rng = np.random.default_rng(0)
+    parts, refs = [], []
+    while sum(len(p) for p in parts) < 600 * RATE:
+        for _, samples, ref in items:
+            parts += [samples, (0.002 * rng.standard_normal(int(0.7 * RATE))).astype(np.float32)]
+            refs.append(ref)
+    long_audio = np.concatenate(parts)
+    await recognize(client, items[0][1])  # warm-up
+    t0 = time.perf_counter()
+    one_by_one = [await recognize(client, p) for p in parts[::2]]
+    sequential = time.perf_counter() - t0
+    long = await transcribe_long(client, long_audio, concurrency=4)
+    reference = " ".join(refs)
+    parts_wer = error_rates([(reference, " ".join(r.text for r in one_by_one))]).wer
+    long_wer = error_rates([(reference, long.text)]).wer
+    print(f"\n4. long file ({len(long_audio) / RATE / 60:.1f} min, {len(refs)} utterances): parts one by one "
+          f"{sequential:.1f} s, WER {100 * parts_wer:.2f}%; transcribe_long (concurrency 4, {len(long.pieces)} "
+          f"pieces) {long.latency_s:.1f} s, WER {100 * long_wer:.2f}%")
+    await client.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repo", type=Path, default=ROOT / "model_repo")
+    parser.add_argument("--data", type=Path, default=ROOT / "tests" / "data" / "demo_utts")
+    parser.add_argument("--skip-server", action="store_true", help="only the per-chunk cost (1.)")
+    args = parser.parse_args()
+    from asr import load_data  # bench/asr.py
+
+    items = load_data(args.data)
+    cost = scorer_cost(args.repo, items)
+    print("1. StreamingScorer.step per 640 ms chunk (batch 1, encoder replayed, best of 3):")
+    for name, ms in cost.items():
+        print(f"   {name:40s} {ms:6.3f} ms  ({ms / cost['plain']:.2f}x plain)")
+    if args.skip_server:
+        return 0
+    ctx = mp.get_context("spawn")
+    ports = ctx.Queue()
+    proc = ctx.Process(target=serve_repository, args=(str(args.repo), ports), daemon=True)
+    proc.start()
+    try:
+        asyncio.run(served(f"127.0.0.1:{ports.get(timeout=120)}", items))
+    finally:
+        proc.terminate()
+        proc.join(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
