@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import ctypes
 import logging
 import time
 from typing import Callable, Optional, Sequence
@@ -27,11 +28,22 @@ INLINE_BELOW_NS = 150_000
 EMA_WEIGHT = 0.1  # weight of the newest execution in the running average
 
 
+def name_os_thread(name: str) -> None:
+    """Give the calling thread an OS-visible name (Linux keeps 15 bytes), so `top -H`, py-spy and per-thread
+    CPU counters (bench/stream_cpu.py) show which model instance burns the CPU; elsewhere a no-op."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 class Instance:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.name = backend.context.instance_name
-        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=self.name, initializer=name_os_thread, initargs=(self.name,))
         # Only backends that never call back into the server (BLS would deadlock) may run inline.
         self.may_run_inline = backend.inline_safe
         self.average_ns = float(INLINE_BELOW_NS)  # start on the executor until measured
