@@ -112,6 +112,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname).1s %(name)s] %(message)s")
+    if args.model_repository is not None:
+        for name in [args.model, *(m for m in args.bls_composing_models.split(",") if m)]:
+            if not (args.model_repository / name).is_dir():
+                parser.error(f"no model folder '{name}' in {args.model_repository}")
     try:
         options = options_from_args(args)
     except (ValueError, FileNotFoundError) as exc:

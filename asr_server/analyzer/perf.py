@@ -29,7 +29,11 @@ class PerfError(RuntimeError):
 
 def find_binary(explicit: Optional[str] = None) -> Path:
     """--perf-analyzer, else $PERF_ANALYZER, else the fetched build, else perf_analyzer on PATH."""
-    for candidate in (explicit, os.environ.get("PERF_ANALYZER"), str(BUNDLED_BINARY), shutil.which("perf_analyzer")):
+    if explicit:
+        if not Path(explicit).is_file():
+            raise FileNotFoundError(f"perf_analyzer '{explicit}' does not exist")
+        return Path(explicit)
+    for candidate in (os.environ.get("PERF_ANALYZER"), str(BUNDLED_BINARY), shutil.which("perf_analyzer")):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     raise FileNotFoundError("perf_analyzer not found: run `bash scripts/get_perf_analyzer.sh` or pass --perf-analyzer")

@@ -106,6 +106,11 @@ def test_constraints_rank_satisfying_points_first():
     assert objectives.score("throughput", budget, [fast, faster_but_late]) == (1, 100)
     assert objectives.score("throughput", budget, [faster_but_late]) < objectives.score("throughput", budget, [fast])
     assert objectives.score("latency", objectives.Constraints(), [fast, faster_but_late]) == (1, -5)
+    small = objectives.Constraints(max_memory_mb=200)
+    assert small.satisfied(objectives.Measured(throughput=1, p99_ms=1, memory_mb=150))
+    assert not small.satisfied(objectives.Measured(throughput=1, p99_ms=1, memory_mb=250))
+    assert small.satisfied(objectives.Measured(throughput=1, p99_ms=1, memory_mb=None))  # not measured: no verdict
+    assert not objectives.Constraints().satisfied(objectives.Measured(error="load failed"))
 
 
 def test_checkpoint_round_trip_keeps_names_and_refuses_another_analysis(tmp_path):
@@ -156,3 +161,14 @@ def test_audio_input_data_is_exact_and_streams_are_chunked(tmp_path):
     streams = audio_data.streaming_data(utts, chunk_ms=640)["data"]  # 10240-sample chunks
     assert [[s["WAV"]["shape"][0] for s in stream] for stream in streams] == [[10240, 5760], [5000]]
     json.loads(audio_data.write(offline, tmp_path / "d.json").read_text())
+
+
+def test_cli_refuses_a_missing_model_folder_and_a_missing_perf_analyzer(capsys):
+    from asr_server.analyzer.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--model-repository", str(BUNDLED_REPO), "--model", "no_such_model"])
+    assert "no model folder 'no_such_model'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--model-repository", str(BUNDLED_REPO), "--model", "identity_fp32", "--perf-analyzer", "/no/such/pa"])
+    assert "perf_analyzer '/no/such/pa' does not exist" in capsys.readouterr().err
