@@ -9,6 +9,8 @@ Starts the server on the model repository in a subprocess (127.0.0.1), then:
 2. streaming: S concurrent streams through `streaming_wenet`, each paced at real time with 640 ms chunks,
    for S = 1, 2, 4, ... until the p99 chunk latency (sending a chunk -> its partial transcript) exceeds
    300 ms or the final results fall behind; prints the largest S that stayed under 300 ms.
+3. with --scorer-cost: what DETAILS, hotwords and endpointing add to the streaming scorer's work per chunk
+   (bench/asr_extras.py, which also measures timestamps, endpoint delay and long files).
 """
 
 from __future__ import annotations
@@ -104,8 +106,16 @@ def main() -> int:
                         help="offline passes over the data: one pass of 12 utterances is mostly ORT's first runs "
                              "on new shapes (0.018 CPU-s per audio-s against 0.009 over four)")
     parser.add_argument("--max-streams", type=int, default=128)
+    parser.add_argument("--scorer-cost", action="store_true",
+                        help="also time StreamingScorer.step per chunk with DETAILS / hotwords / endpointing")
     args = parser.parse_args()
     items = load_data(args.data)
+    if args.scorer_cost:
+        from asr_extras import scorer_cost
+
+        cost = scorer_cost(args.repo, items)
+        print("streaming scorer per 640 ms chunk (encoder replayed, batch 1): " + ", ".join(
+            f"{name} {ms:.3f} ms ({ms / cost['plain']:.2f}x)" for name, ms in cost.items()))
     ctx = mp.get_context("spawn")
     ports = ctx.Queue()
     proc = ctx.Process(target=serve_repository, args=(str(args.repo), ports), daemon=True)

@@ -149,3 +149,30 @@ def test_real_triton_python_backend_does_not_carry_implicit_state(tmp_path):
                                       sequence_end=step == 2)
                 totals.append(int(result.as_numpy("OUTPUT").reshape(-1)[0]))
     assert totals == [1, 1, 1]
+
+
+def details(url: str, samples: np.ndarray, parameters) -> dict:
+    import json
+
+    with contextlib.closing(grpcclient.InferenceServerClient(url)) as client:
+        wav = grpcclient.InferInput("WAV", [1, samples.size], "FP32")
+        wav.set_data_from_numpy(samples.reshape(1, -1).astype(np.float32))
+        lens = grpcclient.InferInput("WAV_LENS", [1, 1], "INT32")
+        lens.set_data_from_numpy(np.array([[samples.size]], dtype=np.int32))
+        outputs = [grpcclient.InferRequestedOutput(n) for n in ("TRANSCRIPTS", "DETAILS")]
+        result = client.infer("attention_rescoring", [wav, lens], outputs=outputs, parameters=parameters,
+                              client_timeout=30)
+        return json.loads(result.as_numpy("DETAILS").reshape(-1)[0])
+
+
+def test_details_output_and_request_parameters_through_the_ensemble_in_real_triton(repos):
+    """Issue 18: DETAILS is an ensemble output in Triton too, and Triton hands the ensemble request's
+    parameters (details, hotwords) to its steps, so words and times come back the same as from ours."""
+    _, samples = utterances()[0]
+    with rt.real_triton(repos["shim"], ready_timeout_s=START_S) as triton:
+        theirs = details(triton.grpc_url, samples, {"details": True})
+        theirs_plain = details(triton.grpc_url, samples, None)
+    with rt.asr_server_process(repos["shim"], ready_timeout_s=START_S) as ours:
+        ours_full = details(ours.grpc_url, samples, {"details": True})
+    assert theirs == ours_full and theirs["words"]
+    assert set(theirs_plain) == {"text", "segment", "final"}
