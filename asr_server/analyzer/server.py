@@ -103,6 +103,13 @@ class LocalServer:
         self.workdir: Optional[Path] = None
 
     def __enter__(self) -> ModelControl:
+        try:
+            return self._start()
+        except BaseException:
+            self._cleanup()  # __exit__ does not run when __enter__ raises: no server or copy left behind
+            raise
+
+    def _start(self) -> ModelControl:
         self.workdir = Path(tempfile.mkdtemp(prefix="asr-model-analyzer-"))
         repo = self.workdir / "repository"
         repo.mkdir()
@@ -127,14 +134,12 @@ class LocalServer:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
-                self._cleanup()
                 raise RuntimeError(f"asr-server exited with {self.proc.returncode} at start"
                                    + (f" (log: {self.log_path})" if self.log_path else ""))
             with contextlib.suppress(Exception):
                 if control.client.is_server_live():
                     return control
             if time.monotonic() > deadline:
-                self._cleanup()
                 raise RuntimeError(f"asr-server did not come up within {START_TIMEOUT_S:.0f} s")
             time.sleep(0.2)
 

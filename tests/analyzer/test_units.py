@@ -172,3 +172,15 @@ def test_cli_refuses_a_missing_model_folder_and_a_missing_perf_analyzer(capsys):
     with pytest.raises(SystemExit):
         main(["--model-repository", str(BUNDLED_REPO), "--model", "identity_fp32", "--perf-analyzer", "/no/such/pa"])
     assert "perf_analyzer '/no/such/pa' does not exist" in capsys.readouterr().err
+
+
+def test_local_server_leaves_nothing_behind_when_the_copy_fails(tmp_path, monkeypatch):
+    import tempfile
+
+    from asr_server.analyzer.server import LocalServer
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        with LocalServer(tmp_path / "no_repo", ["missing"]):
+            pass
+    assert list(tmp_path.iterdir()) == [], "the repository copy was not removed"
