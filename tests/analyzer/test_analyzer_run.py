@@ -142,3 +142,31 @@ async def test_a_server_without_explicit_model_control_is_refused(repo, tmp_path
         opts = options(None, tmp_path / "out", url=f"127.0.0.1:{server.grpc_port}")
         with pytest.raises(RuntimeError, match="--model-control-mode=explicit"):
             await asyncio.to_thread(Analyzer(opts).run)
+
+
+ENSEMBLE = """
+name: "ens"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [ { model_name: "identity_fp32" model_version: -1
+  input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "Y" } } ] }
+"""
+
+
+def test_an_ensembles_steps_are_searched_and_its_max_batch_size_follows_them(repo, tmp_path):
+    (repo / "ens" / "1").mkdir(parents=True)
+    (repo / "ens" / "config.pbtxt").write_text(ENSEMBLE)
+    export = tmp_path / "out"
+    summary = Analyzer(options(repo, export, model="ens", shape=("X:16",),
+                               grid={"identity_fp32": {"max_batch_size": (4,)}})).run()
+    table = rows(export)
+    assert {r["Model Config Path"] for r in table} == {"ens_config_default: identity_fp32_config_default",
+                                                       "ens_config_0: identity_fp32_config_0"}
+    assert {r["Max Batch Size"] for r in table} == {"8", "4"} and all(r["Model"] == "ens" for r in table)
+    assert all(float(r["Throughput (infer/sec)"]) > 0 for r in table)  # the shrunken ensemble loaded and ran
+    best = summary.best_repository
+    assert sorted(p.name for p in best.iterdir()) == ["ens", "identity_fp32"]
+    if summary.best.variants:
+        assert "max_batch_size: 4" in (best / "ens" / "config.pbtxt").read_text()
