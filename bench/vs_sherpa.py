@@ -20,8 +20,8 @@
    thread; plus decoder.onnx rescoring calls), measured in the same run;
 5. sherpa-onnx gets its best settings: each of --sherpa-configs (work threads, ORT threads, max batch size)
    runs one probe at --probe-streams and the one with the lowest p99 final latency (then CPU) is searched;
-6. WER of each on all utterances (unpaced, 640 ms chunks); a plot of p99 final latency and CPU against
-   concurrent streams goes to --plot (docs/vs_sherpa.png).
+6. WER of each on all utterances of --wer-data (default --data; unpaced, 640 ms chunks); a plot of p99 final
+   latency and CPU against concurrent streams goes to --plot (docs/vs_sherpa.png).
 """
 
 from __future__ import annotations
@@ -437,6 +437,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", type=Path, required=True, help="WeNet-style model folder")
     parser.add_argument("--data", type=Path, default=ROOT / "tests" / "data" / "demo_utts")
+    parser.add_argument("--wer-data", type=Path, default=None,
+                        help="utterances for the WER lines (default --data); the 12 demo utterances hold 96 words, "
+                             "so one word is 1.04 points: for a 0.3-point comparison use e.g. a test_a of "
+                             "scripts/make_corpus.py --out DIR --train 0 --test 300 (2487 words)")
     parser.add_argument("--min-streams", type=int, default=8)
     parser.add_argument("--max-streams", type=int, default=1024)
     parser.add_argument("--chunk-ms", type=float, default=640.0)
@@ -464,6 +468,7 @@ def main() -> int:
     try:
         onnx_dir, repos = export_and_build(args.model_dir.resolve(), work, args.threads)
         items = load_data(args.data)
+        wer_items = load_data(args.wer_data) if args.wer_data else items
         audio_s = sum(s.size for _, s, _ in items) / SAMPLE_RATE
         floor = neural_floor(onnx_dir, items, args.threads)
         summary["floor"] = floor
@@ -509,8 +514,8 @@ def main() -> int:
                 summary["sherpa_settings"] = server.settings
                 print(f"sherpa-onnx settings chosen: {server.settings}", flush=True)
                 try:
-                    wer = asyncio.run(accuracy(SherpaTranscriber(server.port, chunk, False), items))
-                    print(f"sherpa-onnx WER {100 * wer:.1f}%; searching", flush=True)
+                    wer = asyncio.run(accuracy(SherpaTranscriber(server.port, chunk, False), wer_items))
+                    print(f"sherpa-onnx WER {100 * wer:.2f}% ({len(wer_items)} utterances); searching", flush=True)
                     best[name], why = search(name, lambda n: sherpa_paced(server.port, items, n, args.chunk_ms,
                                                                           args.seconds), server.pid, rows, args,
                                              deadline)
@@ -520,8 +525,8 @@ def main() -> int:
                 name = f"ours {mode}"
                 server = OurServer(repos[mode])
                 try:
-                    wer = asyncio.run(ours_accuracy(server.url, items, args.chunk_ms))
-                    print(f"{name} WER {100 * wer:.1f}%; searching", flush=True)
+                    wer = asyncio.run(ours_accuracy(server.url, wer_items, args.chunk_ms))
+                    print(f"{name} WER {100 * wer:.2f}% ({len(wer_items)} utterances); searching", flush=True)
                     best[name], why = search(name, lambda n: ours_paced(server.url, items, n, args.chunk_ms,
                                                                         args.seconds), server.pid, rows, args,
                                              deadline)
