@@ -242,32 +242,36 @@ async def _stream_results(client, pieces, sequence_id: int, fail_at=None) -> lis
 async def test_a_stream_whose_chunk_fails_answers_errors_until_end_never_a_silent_restart(client):
     """Issue 13: after an encoder failure the next chunk silently started a new sequence and END answered
     "successfully" with only the audio after the failure."""
-    wenet = python_model(client.server, "wenet")
-    real = wenet.run_encoder
+    wenets = python_models(client.server, "wenet")  # the stream runs on one of them
     calls = {"n": 0}
 
-    def failing(jobs):
-        results = real(jobs)
-        for i, job in enumerate(jobs):
-            if job.key == 5151:
-                calls["n"] += 1
-                if calls["n"] == 3:
-                    results[i] = RuntimeError("Gather: indices element out of data bounds")
-        return results
+    def failing_on(real):
+        def failing(jobs):
+            results = real(jobs)
+            for i, job in enumerate(jobs):
+                if job.key == 5151:
+                    calls["n"] += 1
+                    if calls["n"] == 3:
+                        results[i] = RuntimeError("Gather: indices element out of data bounds")
+            return results
+        return failing
 
-    wenet.run_encoder = failing
+    reals = [wenet.run_encoder for wenet in wenets]
+    for wenet, real in zip(wenets, reals):
+        wenet.run_encoder = failing_on(real)
     try:
         pieces = chunks_of(utterance(30, 3.0), [4000])
         got, other = await asyncio.gather(_stream_results(client, pieces, 5151),
                                           _stream_results(client, pieces, 5152))
     finally:
-        wenet.run_encoder = real
+        for wenet, real in zip(wenets, reals):
+            wenet.run_encoder = real
     errors = [i for i, (_, error) in enumerate(got) if error is not None]
     first = errors[0]
     assert errors == list(range(first, len(pieces)))  # every chunk from the failure on, END included
     assert "Gather" in got[first][1].message() and "failed on an earlier chunk" in got[-1][1].message()
     assert all(error is None for _, error in other)  # the other stream of the same batches is untouched
-    assert wenet.scorer.failed == {} and wenet.scorer.streams == {}
+    assert all(w.scorer.failed == {} and w.scorer.streams == {} for w in wenets)
     again = await stream(client, utterance(30, 3.0), [4000], sequence_id=5151)  # a new START works
     assert again[-1] == other[-1][0]
 
@@ -305,7 +309,7 @@ async def test_offline_audio_longer_than_the_configured_maximum_is_refused_alone
     """Issue 13: 200 s of offline audio failed with INTERNAL inside the encoder after costing GBs of RSS."""
     from tritonclient.utils import InferenceServerException
 
-    assert python_model(client.server, "feature_extractor").max_samples == 60 * SAMPLE_RATE  # built repo: 60 s
+    assert python_models(client.server, "feature_extractor")[0].max_samples == 60 * SAMPLE_RATE  # built repo: 60 s
     too_long = np.zeros(61 * SAMPLE_RATE, np.float32)
     good = utterance(32, 1.0)
     results = await asyncio.gather(client.infer("attention_rescoring", wav_inputs(too_long)),
