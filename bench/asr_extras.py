@@ -36,7 +36,11 @@ sys.path.insert(0, str(ROOT))
 from _server import serve_repository  # noqa: E402
 
 RATE = 16000
+CALIBRATE = False  # --calibrate
 FLUENT = True  # whole sentences, boundaries from synthesising prefixes (False: words synthesised one by one)
+# --calibrate measures the model's emission lag on these (kept apart from the evaluation sentences below)
+CALIBRATION = ["i need nine black chairs", "david and emma went to the hospital at three twenty",
+               "the weather is warm today", "oscar closed a glass of water on monday"]
 SENTENCES = ["can you bring two chairs to the beach", "i need twelve brown boxes",
              "peter and rosa went to the market at five forty", "my phone number is zero four eight nine",
              "carla found a cup of tea on sunday", "the train to the garden leaves at seven ten"]
@@ -201,6 +205,18 @@ def fluent(sentence: str):
     return audio, truth
 
 
+def signed_errors(truth, words) -> list[tuple[float, float]]:
+    import difflib
+
+    ref, hyp = [w for w, _, _ in truth], [w["word"] for w in words]
+    out = []
+    for block in difflib.SequenceMatcher(a=ref, b=hyp, autojunk=False).get_matching_blocks():
+        for k in range(block.size):
+            _, s, e = truth[block.a + k]
+            out.append((words[block.b + k]["start"] - s, words[block.b + k]["end"] - e))
+    return out
+
+
 def timing_errors(truth, words) -> tuple[list[float], list[float]]:
     import difflib
 
@@ -228,6 +244,15 @@ async def served(url: str, items) -> None:
     from client.streaming import StreamingClient, StreamOptions
 
     client = aioclient.InferenceServerClient(url)
+    if CALIBRATE:
+        signed = []
+        for sentence in CALIBRATION:
+            audio, truth = fluent(sentence)
+            r = await recognize(client, audio, parameters={"details": True}, details=True)
+            signed += signed_errors(truth, r.details["words"])
+        lag = np.median(np.array(signed), axis=0)
+        print(f"\ncalibration ({len(signed)} words): times are late by a median {1e3 * lag[0]:.0f} ms (start), "
+              f"{1e3 * lag[1]:.0f} ms (end): add them to build_model_repo.py --timestamp-shift-ms")
     # 2. timestamps
     if shutil.which("espeak-ng"):
         offline_s, offline_e, stream_s, stream_e = [], [], [], []
@@ -302,7 +327,11 @@ def main() -> int:
     parser.add_argument("--repo", type=Path, default=ROOT / "model_repo")
     parser.add_argument("--data", type=Path, default=ROOT / "tests" / "data" / "demo_utts")
     parser.add_argument("--skip-server", action="store_true", help="only the per-chunk cost (1.)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="also measure how late the model's word times are (for --timestamp-shift-ms)")
     args = parser.parse_args()
+    global CALIBRATE
+    CALIBRATE = args.calibrate
     from asr import load_data  # bench/asr.py
 
     items = load_data(args.data)

@@ -106,7 +106,7 @@ def write(repo: Path, name: str, text: str, files: dict[str, Path] = {}, assets:
 
 def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: int, right_context: int,
           subsampling: int, max_batch: int, search: str = "prefix_beam", rescoring: bool = True,
-          hotwords: Path | None = None, endpoint: bool = False) -> None:
+          hotwords: Path | None = None, endpoint: bool = False, timestamp_shift_ms: str = "") -> None:
     enc = graph_io(onnx_dir / "encoder.onnx")
     senc = graph_io(onnx_dir / "streaming_encoder.onnx")
     dec = graph_io(onnx_dir / "decoder.onnx")
@@ -122,6 +122,8 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
     if (model_dir / "bpe.model").exists():
         shared["bpe_model"] = "bpe.model"
         tokenizer_files["bpe.model"] = model_dir / "bpe.model"
+    if timestamp_shift_ms:  # how late the model emits words: "START,END" ms (bench/asr_extras.py measures it)
+        shared["timestamp_shift_ms"] = timestamp_shift_ms
     if hotwords is not None:  # the model's hotwords, copied next to the decoding models' configs
         shared["hotwords_file"] = "hotwords.txt"
         tokenizer_files["hotwords.txt"] = hotwords
@@ -333,6 +335,9 @@ def main() -> int:
     p.add_argument("--encoder-backend", choices=("onnxruntime", "openvino"), default="onnxruntime",
                    help="openvino: the encoders as OpenVINO IR on the openvino backend (the 'openvino' extra; "
                         "bench/openvino_vs_ort.py compares the two)")
+    p.add_argument("--timestamp-shift-ms", default="",
+                   help="START,END: ms the model emits a word's first/last token after it is spoken; word times "
+                        "move earlier by them (bench/asr_extras.py --calibrate measures them)")
     args = p.parse_args()
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
     rate, context = model_subsampling(args.model_dir)
@@ -351,7 +356,8 @@ def main() -> int:
         for name, path in find_graphs(onnx_dirs).items():
             os.symlink(path.resolve(), Path(staging) / f"{name}.onnx")
         build(args.model_dir, Path(staging), args.out, args.beam, args.chunk_size, args.right_context,
-              args.subsampling, args.max_batch, args.search, args.rescoring, args.hotwords, args.endpoint)
+              args.subsampling, args.max_batch, args.search, args.rescoring, args.hotwords, args.endpoint,
+              args.timestamp_shift_ms)
     if args.encoder_backend == "openvino":
         from asr_server.openvino_repo import switch_to_openvino
 

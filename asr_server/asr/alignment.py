@@ -108,11 +108,14 @@ class WordTime:
 
 
 def align_tokens(log_probs: np.ndarray, ids: np.ndarray, tokens: Sequence[int], symbols: SymbolTable,
-                 frame_seconds: float, offset_seconds: float = 0.0) -> list[TokenTime]:
+                 frame_seconds: float, offset_seconds: float = 0.0, shift: tuple[float, float] = (0.0, 0.0)
+                 ) -> list[TokenTime]:
     """Timestamps of ``tokens`` (a decoded hypothesis, blanks removed) on the frames they were decoded from.
 
     log_probs, ids: (T, K) top-k log-posteriors and their ids; frame_seconds: one encoder frame (frame shift x
-    subsampling, 0.04 s for WeNet's 10 ms x 4); offset_seconds: the time of frame 0 (a stream's segment start).
+    subsampling, 0.04 s for WeNet's 10 ms x 4); offset_seconds: the time of frame 0 (a stream's segment start);
+    shift: (start, end) seconds to move the times earlier by: a CTC model emits its tokens some time after they
+    are spoken, by an amount that is a property of the model (measured with bench/asr_extras.py).
     """
     tokens = [int(t) for t in tokens]
     n_frames = int(log_probs.shape[0])
@@ -125,9 +128,9 @@ def align_tokens(log_probs: np.ndarray, ids: np.ndarray, tokens: Sequence[int], 
         n_frames, np.asarray(tokens, dtype=np.int64), symbols.blank_id, len(symbols))
     out = []
     for j, token in enumerate(tokens):
-        out.append(TokenTime(token, symbols.id_to_symbol[token], offset_seconds + float(first[j]) * frame_seconds,
-                             offset_seconds + float(last[j] + 1) * frame_seconds,
-                             float(np.exp(min(best[j], 0.0)))))
+        start = max(offset_seconds, offset_seconds + float(first[j]) * frame_seconds - shift[0])
+        end = max(start, offset_seconds + float(last[j] + 1) * frame_seconds - shift[1])
+        out.append(TokenTime(token, symbols.id_to_symbol[token], start, end, float(np.exp(min(best[j], 0.0)))))
     return out
 
 

@@ -35,11 +35,12 @@ def _r(x: float) -> float:
 
 def hypothesis_details(tokenizer: Tokenizer, tokens: Sequence[int], log_probs: Optional[np.ndarray],
                        ids: Optional[np.ndarray], frame_seconds: float, offset_seconds: float = 0.0,
-                       nbest: Sequence[tuple[Sequence[int], float]] = ()) -> dict:
+                       nbest: Sequence[tuple[Sequence[int], float]] = (),
+                       shift: tuple[float, float] = (0.0, 0.0)) -> dict:
     """Words, tokens and n-best of one hypothesis decoded from ``log_probs``/``ids`` (T, K) top-k frames."""
     out: dict[str, Any] = {"text": tokenizer.decode(tokens)}
     if log_probs is not None and ids is not None:
-        times = align_tokens(log_probs, ids, tokens, tokenizer.symbols, frame_seconds, offset_seconds)
+        times = align_tokens(log_probs, ids, tokens, tokenizer.symbols, frame_seconds, offset_seconds, shift)
         out["words"] = [{"word": w.word, "start": _r(w.start), "end": _r(w.end), "confidence": _r(w.confidence)}
                         for w in group_words(times)]
         out["tokens"] = [{"token": t.symbol, "start": _r(t.start), "end": _r(t.end), "confidence": _r(t.confidence)}

@@ -40,6 +40,8 @@ class DecodingSettings:
     max_rescoring_frames: int = 1500  # encoder frames (60 s of 40 ms) a stream keeps for rescoring; 0: all
     endpoint: EndpointRules = EndpointRules()  # the model's endpointing (requests may override it on START)
     frame_seconds: float = 0.04  # one encoder frame: fbank shift (10 ms) x subsampling (4); for timestamps
+    # seconds the model emits a word's first / last token after it is spoken (timestamps move earlier by them)
+    timestamp_shift: tuple[float, float] = (0.0, 0.0)
 
     def search_options(self) -> SearchOptions:
         return SearchOptions(method=self.search_method, beam_size=self.beam_size, top_k=self.beam_size,
@@ -95,7 +97,7 @@ class OfflineScorer:
             if details:
                 n = int(lengths[b])
                 info = hypothesis_details(self.tokenizer, hyp, topk_log_probs[b, :n], topk_ids[b, :n],
-                                          self.settings.frame_seconds, 0.0, nbests[b])
+                                          self.settings.frame_seconds, 0.0, nbests[b], self.settings.timestamp_shift)
                 info.update(segment=0, final=True)
             out.append((self.tokenizer.decode(hyp), info))
         return out
@@ -335,7 +337,7 @@ class StreamingScorer:
 
         def describe(tokens, nbest, log_probs, ids, index, start, end, final):
             info = (hypothesis_details(self.tokenizer, tokens, log_probs if full else None, ids, fs,
-                                       start * fs, nbest if full else ())
+                                       start * fs, nbest if full else (), self.settings.timestamp_shift)
                     if full else {"text": self.tokenizer.decode(tokens)})
             info.update(segment=index, final=final, start=round(start * fs, 3), end=round(end * fs, 3))
             return info

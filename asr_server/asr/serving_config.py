@@ -57,6 +57,7 @@ def decoding_settings(params: Mapping[str, str], symbols: SymbolTable) -> Decodi
         idle_seconds=float(params.get("idle_seconds", 5.0)),
         # 40 ms encoder frames (10 ms fbank shift x4 subsampling)
         endpoint=EndpointRules().updated(params),
+        timestamp_shift=tuple(float(v) / 1000 for v in params.get("timestamp_shift_ms", "0,0").split(",")),
         frame_seconds=float(params.get("frame_shift_ms", 10)) * int(params.get("subsampling_rate", 4)) / 1000,
         max_rescoring_frames=int(float(params.get("max_rescoring_seconds", 60)) * 1000
                                  / (float(params.get("frame_shift_ms", 10)) * int(params.get("subsampling_rate", 4)))),

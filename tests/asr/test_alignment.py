@@ -79,3 +79,9 @@ def test_details_dict_has_words_tokens_and_nbest():
 def test_details_parameter(value, expected):
     assert wants_details({"details": value}) is expected
     assert wants_details({}) is False
+
+
+def test_the_models_emission_lag_moves_times_earlier_but_not_before_the_segment():
+    log_probs, ids = spikes(30, {2: 2, 9: 3})
+    times = align_tokens(log_probs, ids, [2, 3], BPE, frame_seconds=0.04, offset_seconds=1.0, shift=(0.2, 0.1))
+    assert [(round(t.start, 3), round(t.end, 3)) for t in times] == [(1.0, 1.02), (1.16, 1.3)]
