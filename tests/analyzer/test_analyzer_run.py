@@ -170,3 +170,18 @@ def test_an_ensembles_steps_are_searched_and_its_max_batch_size_follows_them(rep
     assert sorted(p.name for p in best.iterdir()) == ["ens", "identity_fp32"]
     if summary.best.variants:
         assert "max_batch_size: 4" in (best / "ens" / "config.pbtxt").read_text()
+
+
+def test_a_sequence_model_is_measured_with_sequences_and_its_oldest_strategy_is_searched(tmp_path):
+    from tests.helpers.sequence_models import accumulator
+
+    repo = tmp_path / "repo"
+    accumulator(repo)  # ONNX, oldest strategy, implicit state
+    export = tmp_path / "out"
+    summary = Analyzer(options(repo, export, model="accumulator", shape=(), sequence_length=4,
+                               grid={"*": {"max_queue_delay_us": (0,), "preferred_batch_size": ((4,),)}})).run()
+    table = rows(export)
+    assert len(table) == 2 and all(float(r["Throughput (infer/sec)"]) > 0 for r in table)
+    text = (export / "output_model_repository" / "accumulator_config_0" / "config.pbtxt").read_text()
+    assert "oldest" in text and "preferred_batch_size: 4" in text and "dynamic_batching" not in text
+    assert summary.best_score >= summary.shipped_score
