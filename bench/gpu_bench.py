@@ -1,6 +1,6 @@
 """GPU benchmarks for scripts/gpu_check.sh: streaming-encoder chunks/s by batch size, and paced real-time streams.
 
-    python bench/gpu_bench.py [--batches 1,4,16,64] [--streams 8,16,32,64,128] [--stream-seconds 10]
+    python bench/gpu_bench.py [--batches 1,4,16,64] [--streams 8,16,32,64,128,192,256] [--stream-seconds 10]
         [--deadline-s 300] [--json out.json]
 
 1. Streaming encoder (the bundled model's, TorchScript traced on the GPU from models/demo_en/final.pt):
@@ -182,7 +182,7 @@ def paced_streams(counts: list[int], seconds: float, work: Path, deadline: float
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--batches", default="1,4,16,64")
-    p.add_argument("--streams", default="8,16,32,64,128")
+    p.add_argument("--streams", default="8,16,32,64,128,192,256")
     p.add_argument("--stream-seconds", type=float, default=10.0, help="audio per stream per trial")
     p.add_argument("--deadline-s", type=float, default=300.0)
     p.add_argument("--json", type=Path)

@@ -5,7 +5,8 @@
 #   GPU_CHECK_DEVICE=cpu bash scripts/gpu_check.sh   # smoke run of the same steps without a GPU (small benchmark)
 # Steps and their time limits (seconds): environment 30, demo graphs when missing 150, GPU tests 150,
 # benchmarks 320 (chunks/s by batch size; paced streams at chunk p99 < 300 ms) = at most 650 in theory; the
-# benchmark stops itself at --deadline-s so the whole run stays under 8 minutes when the graphs exist.
+# benchmark stops itself at --deadline-s so the whole run stays under 8 minutes when the graphs exist
+# (GPU_CHECK_BUDGET_S=400 for a tighter lease; exporting the demo graphs took 8 s on 2 cores).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${OUT:-/tmp/gpu_check}"
@@ -69,11 +70,19 @@ fi
 
 step "GPU tests (tests/gpu, then every test marked gpu or tensorrt)"
 timeout 150 "$PY" -m pytest -q -rs -p no:cacheprovider tests/gpu --junitxml="$OUT_DIR/pytest_gpu.xml" || STATUS=1
-timeout 60 "$PY" -m pytest -q -rs -p no:cacheprovider -m "gpu or tensorrt" tests --ignore=tests/gpu \
-  || [ $? -eq 5 ] || STATUS=1   # 5: no test selected
+# Only the files that use the markers are collected: collecting all of tests/ imports modules whose packages
+# (tritonclient's http extra, cryptography, openvino...) a bare GPU machine lacks, which pytest reports as errors.
+MARKED=$(grep -rlE --include='test_*.py' 'mark\.(gpu|tensorrt)' tests | grep -v '^tests/gpu/' || true)
+if [ -n "$MARKED" ]; then
+  # shellcheck disable=SC2086
+  timeout 60 "$PY" -m pytest -q -rs -p no:cacheprovider -m "gpu or tensorrt" $MARKED || [ $? -eq 5 ] || STATUS=1
+else
+  echo "no test outside tests/gpu is marked gpu or tensorrt"
+fi
 
 step "GPU benchmarks"
-REMAINING=$(( 460 - ($(date +%s) - START) ))   # leave ~20 s of the 8 minutes for the summary
+# GPU_CHECK_BUDGET_S: the whole run's seconds (default 460: ~20 s of the 8 minutes left for the summary)
+REMAINING=$(( ${GPU_CHECK_BUDGET_S:-460} - ($(date +%s) - START) ))
 if [ "$REMAINING" -lt 60 ]; then
   echo "gpu_check: only ${REMAINING} s left: benchmarks skipped"
   STATUS=1

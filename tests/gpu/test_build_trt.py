@@ -4,6 +4,7 @@ engine check's feeds and comparison (run here with ONNX Runtime on both sides: n
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -73,9 +74,14 @@ def test_a_dynamic_axis_without_a_range_and_bad_overrides_are_refused():
 
 
 def dry_run(*flags: str) -> str:
+    # PATH without trtexec or polygraphy; this interpreter and its PYTHONPATH, since the script's own default
+    # (.venv/bin/python, else python3 on PATH) is absent where the GPU check runs (packages under /tmp/site)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     run = subprocess.run(["bash", str(ROOT / "scripts" / "build_trt.sh"), "--repo", str(BUNDLED_REPO),
                           "--out-dir", "/nonexistent/plans", "--dry-run", *flags],
-                         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+                         capture_output=True, text=True, timeout=60, env=env)
     assert run.returncode == 0, run.stderr
     return run.stdout
 
