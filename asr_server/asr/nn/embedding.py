@@ -45,7 +45,10 @@ class PositionalEncoding(nn.Module):
         # keep the rows they were given, so past the clamp point new frames repeat the cache's last rows: an
         # approximation, still better than failing. WeNet asserts here instead and resets streams at
         # endpoints (wenet-e2e/wenet#389, #1518).
-        start = torch.clamp(offset.reshape(-1, 1), max=self.pe.size(0) - size)
+        limit = self.pe.size(0) - size
+        if isinstance(limit, torch.Tensor) and limit.device != offset.device:
+            limit = limit.to(offset.device)  # traced on a GPU: size is a 0-d CPU tensor, clamp wants one device
+        start = torch.clamp(offset.reshape(-1, 1), max=limit)
         index = start + torch.arange(size, device=offset.device, dtype=offset.dtype)
         index = torch.clamp(index, min=0)
         return nn.functional.embedding(index, self.pe)
