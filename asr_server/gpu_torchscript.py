@@ -50,10 +50,12 @@ def save(module, path: Path) -> None:
     torch.jit.save(module, str(path))
 
 
-def torchscript_repository(src: Path, dst: Path, model, kind: str = "KIND_GPU", beam: int = 10) -> None:
+def torchscript_repository(src: Path, dst: Path, model, kind: str = "KIND_GPU", beam: int = 10,
+                           parameters: dict[str, str] | None = None) -> None:
     """Copy ONNX repository `src` to `dst` with encoder, streaming_encoder and decoder as TorchScript
     (`backend: "pytorch"`, `model.pt`, instance groups of `kind`), traced from `model` on real features on
-    the model's device (put it on CUDA for KIND_GPU)."""
+    the model's device (put it on CUDA for KIND_GPU). `parameters`: the pytorch backend's config parameters
+    for those three models (e.g. DISABLE_OPTIMIZED_EXECUTION)."""
     import shutil
 
     import onnxruntime as ort
@@ -74,6 +76,8 @@ def torchscript_repository(src: Path, dst: Path, model, kind: str = "KIND_GPU", 
         config.backend, config.platform, config.default_model_filename = "pytorch", "", "model.pt"
         for key in list(config.parameters):
             del config.parameters[key]  # onnxruntime's parameters mean nothing to torch
+        for key, value in (parameters or {}).items():
+            config.parameters[key].string_value = value
         for group in config.instance_group:
             group.kind = mc.ModelInstanceGroup.Kind.Value(kind)
         (dst / name / "config.pbtxt").write_text(text_format.MessageToString(config))

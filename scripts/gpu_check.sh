@@ -25,7 +25,7 @@ step "environment"
 nvidia-smi -L 2>/dev/null || echo "nvidia-smi: not available"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
 BENCH_FLAGS=()
-[ "$DEVICE" = cpu ] && BENCH_FLAGS=(--device cpu --batches 1,4 --streams 2,4 --stream-seconds 4)
+[ "$DEVICE" = cpu ] && BENCH_FLAGS=(--device cpu --batches 1,4 --streams 2,4 --stream-seconds 4 --warmup-s 2)
 GPU_CHECK_DEVICE="$DEVICE" timeout 30 "$PY" - <<'PYEOF' || { echo "gpu_check: environment check failed (above); nothing is installed here"; exit 2; }
 import importlib, sys
 print("python", sys.version.split()[0], sys.executable)

@@ -56,6 +56,10 @@ class PyTorchBackend(TensorBatchBackend):
         parameters = context_parameters(context.config)
         _configure_threads(torch, _int_parameter(parameters, "INTRA_OP_THREAD_COUNT", 0))
         self._inference_mode = parameters.get("INFERENCE_MODE", "true").lower() not in ("false", "0", "off")
+        # Triton's DISABLE_OPTIMIZED_EXECUTION: TorchScript's profiling executor re-optimises (and on CUDA
+        # compiles fused kernels) for each new input shape, so the first calls at each batch size can take
+        # seconds; "true" runs the plain interpreter instead (measured in bench/gpu_bench.py).
+        self._optimized = parameters.get("DISABLE_OPTIMIZED_EXECUTION", "false").lower() not in ("true", "1", "on")
         self.device = self._device(torch)
         path = context.model_file
         if not path.is_file():
@@ -96,7 +100,7 @@ class PyTorchBackend(TensorBatchBackend):
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch = import_torch()
         tensors = [torch.from_numpy(feeds[name]).to(self.device) for name in self._input_order]
-        with torch.inference_mode(self._inference_mode):
+        with torch.inference_mode(self._inference_mode), torch.jit.optimized_execution(self._optimized):
             result = self.module(*tensors)
         return {name: value.detach().cpu().numpy() for name, value in self._name_outputs(result).items()}
 

@@ -181,6 +181,25 @@ def test_thread_count_parameter(tmp_path: Path) -> None:
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("value, optimized", [(None, True), ("true", False), ("false", True)])
+def test_disable_optimized_execution_parameter(tmp_path: Path, value, optimized) -> None:
+    """Triton's DISABLE_OPTIMIZED_EXECUTION: the module runs with TorchScript's graph optimiser off."""
+    config = f'parameters {{ key: "DISABLE_OPTIMIZED_EXECUTION" value {{ string_value: "{value}" }} }}\n' if value else ""
+    backend = load(tmp_path, Identity(), "max_batch_size: 4\n" + config + io("input", "INPUT__0") + io("output", "OUTPUT__0"))
+    seen = []
+    scripted = backend.module
+
+    def recording(*tensors):
+        seen.append(torch._C._get_graph_executor_optimize())  # the flag torch.jit.optimized_execution sets
+        return scripted(*tensors)
+
+    backend.module = recording
+    data = np.ones((1, 2), np.float32)
+    np.testing.assert_array_equal(ok(backend.execute([request(INPUT__0=data)])[0]).output("OUTPUT__0").data, data)
+    assert seen == [optimized]
+    assert torch._C._get_graph_executor_optimize()  # restored after the call
+
+
 def test_missing_torch_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model_dir = tmp_path / "m"
     (model_dir / "1").mkdir(parents=True)
