@@ -31,6 +31,7 @@ from asr_server.errors import ErrorCode, ServerError, as_server_error, unknown_m
 from asr_server.repository import config as config_io
 from asr_server.repository import paths
 from asr_server.repository import versions as version_io
+from asr_server.repository import warmup
 from asr_server.scheduling.ensemble import EnsembleScheduler
 from asr_server.scheduling.factory import make_scheduler
 from asr_server.scheduling.instances import Instance, InstancePool
@@ -252,11 +253,15 @@ class ModelManager:
             return LoadedVersion(name, number, config, self._ensemble_scheduler(config, stats), None, stats)
         cls = backend_class(config.backend)
         backends = [cls(ctx) for ctx in self._contexts(model_dir, name, number, config)]
+        samples = warmup.sample_requests(config, model_dir)  # malformed samples fail before anything loads
+        decoupled = config.model_transaction_policy.decoupled
         loaded: list[Backend] = []
         try:
             for backend in backends:
                 await asyncio.to_thread(backend.load)
                 loaded.append(backend)
+                if samples:
+                    await asyncio.to_thread(warmup.warm_up, backend, samples, decoupled)
         except BaseException:
             for backend in loaded:
                 await asyncio.to_thread(backend.unload)
