@@ -144,6 +144,27 @@ def register_backend(name: str, target: str) -> None:
     _BACKEND_MODULES[name] = target
 
 
+def batcher_inputs(config: mc.ModelConfig) -> list[str]:
+    """Tensors the sequence batcher adds to each request: control inputs, then implicit-state inputs."""
+    batcher = config.sequence_batching
+    return [control.name for control in batcher.control_input] + [state.input_name for state in batcher.state]
+
+
+def batcher_outputs(config: mc.ModelConfig) -> list[str]:
+    """Tensors the sequence batcher takes back from each response: implicit-state outputs."""
+    return [state.output_name for state in config.sequence_batching.state]
+
+
+def model_inputs(config: mc.ModelConfig) -> list[str]:
+    """Every tensor the model is fed: config inputs, then the sequence batcher's (each name once)."""
+    return list(dict.fromkeys([io.name for io in config.input] + batcher_inputs(config)))
+
+
+def model_outputs(config: mc.ModelConfig) -> list[str]:
+    """Every tensor the model must produce: config outputs, then implicit-state outputs (each name once)."""
+    return list(dict.fromkeys([io.name for io in config.output] + batcher_outputs(config)))
+
+
 def context_parameters(config: mc.ModelConfig) -> dict[str, Any]:
     """The config's `parameters` as {key: string_value}."""
     return {key: value.string_value for key, value in config.parameters.items()}

@@ -17,7 +17,7 @@ import onnxruntime as ort
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server import dtypes
-from asr_server.backends.base import Backend, ExecuteResult, context_parameters
+from asr_server.backends.base import Backend, ExecuteResult, batcher_inputs, batcher_outputs, context_parameters
 from asr_server.backends.reshape import WILDCARD_DIM, to_client_shape, to_model_shape
 from asr_server.errors import ErrorCode, ServerError, internal, invalid_argument
 from asr_server.types import InferRequest, InferResponse, ResponseSink, Tensor
@@ -347,11 +347,8 @@ def auto_complete_from_onnx(config: mc.ModelConfig, model: onnx.ModelProto) -> m
     graph = model.graph
     # Initializers listed as inputs (older exporters) are weights; sequence control and implicit-state
     # tensors are fed by the sequence batcher, not by clients.
-    batcher = completed.sequence_batching
-    not_inputs = {init.name for init in graph.initializer}
-    not_inputs |= {control.name for control in batcher.control_input}
-    not_inputs |= {state.input_name for state in batcher.state}
-    not_outputs = {state.output_name for state in batcher.state}
+    not_inputs = {init.name for init in graph.initializer} | set(batcher_inputs(completed))
+    not_outputs = set(batcher_outputs(completed))
     inputs = [_value_info(node) for node in graph.input if node.name not in not_inputs]
     outputs = [_value_info(node) for node in graph.output if node.name not in not_outputs]
     can_batch = all(dims and dims[0] == WILDCARD_DIM for _, _, dims in inputs + outputs)

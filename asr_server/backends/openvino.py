@@ -41,7 +41,7 @@ if "openvino" not in sys.modules:
 import openvino as ov  # noqa: E402
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.backends.base import context_parameters
+from asr_server.backends.base import batcher_inputs, batcher_outputs, context_parameters, model_inputs, model_outputs
 from asr_server.backends.onnxruntime import AUTO_MAX_BATCH_SIZE, TensorBatchBackend, _as_str_array
 from asr_server.backends.reshape import WILDCARD_DIM
 from asr_server.errors import internal, invalid_argument
@@ -111,7 +111,7 @@ class OpenVINOBackend(TensorBatchBackend):
         self._options = OpenVINOOptions.from_parameters(context_parameters(context.config))
         model = read_model(context.model_file, context.name)
         self._output_names = self._check_config_against_model(model)
-        declared = self._declared_inputs()
+        declared = model_inputs(context.config)
         # The name clients use for each input: the declared one where a port has several names.
         self._input_names = [next((d for d in declared if d in port.get_names()), port.get_any_name())
                              for port in model.inputs]
@@ -131,33 +131,25 @@ class OpenVINOBackend(TensorBatchBackend):
 
     # -- model preparation --------------------------------------------------------------------------
 
-    def _declared_inputs(self) -> list[str]:
-        config = self.context.config
-        names = [io.name for io in config.input]
-        names += [control.name for control in config.sequence_batching.control_input]
-        names += [state.input_name for state in config.sequence_batching.state]
-        return list(dict.fromkeys(names))
-
     def _check_config_against_model(self, model: ov.Model) -> list[str]:
         """Triton's checks: the model takes exactly the declared inputs and has every declared output.
         Returns the name each model output is reported under (a declared name where a port has several)."""
         name = self.context.name
-        declared = self._declared_inputs()
-        model_inputs = [port.get_any_name() for port in model.inputs]
-        if len(model_inputs) != len(declared):
+        declared = model_inputs(self.context.config)
+        port_names = [port.get_any_name() for port in model.inputs]
+        if len(port_names) != len(declared):
             raise invalid_argument(
                 f"unable to load model '{name}', configuration expects {len(declared)} inputs, "
-                f"model provides {len(model_inputs)}"
+                f"model provides {len(port_names)}"
             )
         all_input_names = set().union(*(port.get_names() for port in model.inputs))
         for input_name in declared:
             if input_name not in all_input_names:
                 raise invalid_argument(
                     f"unexpected inference input '{input_name}' for model '{name}', allowed inputs are: "
-                    + ", ".join(model_inputs)
+                    + ", ".join(port_names)
                 )
-        config = self.context.config
-        wanted = [io.name for io in config.output] + [state.output_name for state in config.sequence_batching.state]
+        wanted = model_outputs(self.context.config)
         output_names = []
         for port in model.outputs:
             names = port.get_names()
@@ -369,9 +361,7 @@ def auto_complete_from_openvino(config: mc.ModelConfig, model: ov.Model) -> mc.M
     """
     completed = mc.ModelConfig()
     completed.CopyFrom(config)
-    batcher = completed.sequence_batching
-    not_inputs = {control.name for control in batcher.control_input} | {state.input_name for state in batcher.state}
-    not_outputs = {state.output_name for state in batcher.state}
+    not_inputs, not_outputs = set(batcher_inputs(completed)), set(batcher_outputs(completed))
     ports = list(model.inputs) + list(model.outputs)
     can_batch = all(ov.layout_helpers.has_batch(ov.layout_helpers.get_layout(port)) for port in ports)
     if can_batch and completed.max_batch_size == 0:

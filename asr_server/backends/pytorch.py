@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from asr_server.backends.base import context_parameters
+from asr_server.backends.base import context_parameters, model_inputs, model_outputs
 from asr_server.backends.onnxruntime import TensorBatchBackend, _int_parameter
 from asr_server.errors import internal, invalid_argument
 
@@ -69,24 +69,11 @@ class PyTorchBackend(TensorBatchBackend):
         except Exception as exc:
             raise internal(f"failed to load model '{context.name}': {exc}") from exc
         self.module.eval()
-        self._input_order = order_inputs(self._declared_inputs(), _forward_argument_names(self.module))
-        self._output_names = self._declared_outputs()
+        self._input_order = order_inputs(model_inputs(self.context.config), _forward_argument_names(self.module))
+        self._output_names = model_outputs(self.context.config)
 
     def unload(self) -> None:
         self.module = None
-
-    def _declared_inputs(self) -> list[str]:
-        """Config inputs, then sequence control and implicit-state inputs (the batcher adds those)."""
-        config = self.context.config
-        names = [io.name for io in config.input]
-        names += [control.name for control in config.sequence_batching.control_input]
-        names += [state.input_name for state in config.sequence_batching.state]
-        return list(dict.fromkeys(names))
-
-    def _declared_outputs(self) -> list[str]:
-        config = self.context.config
-        names = [io.name for io in config.output] + [state.output_name for state in config.sequence_batching.state]
-        return list(dict.fromkeys(names))
 
     def _feed_names(self) -> Sequence[str]:
         return self._input_order

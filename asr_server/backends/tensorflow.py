@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.backends.base import context_parameters
+from asr_server.backends.base import batcher_inputs, batcher_outputs, context_parameters, model_inputs, model_outputs
 from asr_server.backends.onnxruntime import AUTO_MAX_BATCH_SIZE, TensorBatchBackend, _int_parameter
 from asr_server.backends.reshape import WILDCARD_DIM
 from asr_server.errors import internal, invalid_argument
@@ -106,8 +106,8 @@ class TensorFlowBackend(TensorBatchBackend):
         context = self.context
         parameters = context_parameters(context.config)
         _configure_threads(parameters)
-        self._input_names = self._declared(inputs=True)
-        self._output_names = self._declared(inputs=False)
+        self._input_names = model_inputs(self.context.config)
+        self._output_names = model_outputs(self.context.config)
         if context.config.platform == GRAPHDEF:
             self._load_graphdef()
         else:
@@ -115,17 +115,6 @@ class TensorFlowBackend(TensorBatchBackend):
 
     def unload(self) -> None:
         self.function = None
-
-    def _declared(self, inputs: bool) -> list[str]:
-        """Config tensors plus the sequence batcher's control and state tensors."""
-        config = self.context.config
-        batcher = config.sequence_batching
-        if inputs:
-            names = [io.name for io in config.input] + [c.name for c in batcher.control_input]
-            names += [state.input_name for state in batcher.state]
-        else:
-            names = [io.name for io in config.output] + [state.output_name for state in batcher.state]
-        return list(dict.fromkeys(names))
 
     def _load_savedmodel(self, parameters: Mapping[str, str]) -> None:
         context = self.context
@@ -216,9 +205,7 @@ def auto_complete_from_signature(config: mc.ModelConfig, inputs: Mapping[str, An
     variable first dim, dims without the batch dim; sequence control and state tensors are left out."""
     completed = mc.ModelConfig()
     completed.CopyFrom(config)
-    batcher = completed.sequence_batching
-    hidden_inputs = {c.name for c in batcher.control_input} | {s.input_name for s in batcher.state}
-    hidden_outputs = {s.output_name for s in batcher.state}
+    hidden_inputs, hidden_outputs = set(batcher_inputs(completed)), set(batcher_outputs(completed))
     shown_inputs = {k: v for k, v in inputs.items() if k not in hidden_inputs}
     shown_outputs = {k: v for k, v in outputs.items() if k not in hidden_outputs}
 
