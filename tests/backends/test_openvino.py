@@ -3,14 +3,12 @@ and served over gRPC and HTTP with tritonclient (dynamic batching, a sequence mo
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpc_aio
-import tritonclient.http.aio as http_aio
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -19,6 +17,7 @@ from asr_server.backends.base import ModelContext
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.repository import available_versions, complete_config, read_config
 from asr_server.types import InferRequest, InferResponse, Tensor
+from tests.helpers.served import check_add_sub_batched
 from tests.helpers import onnx_models
 from tests.helpers.sequence_models import ACCUMULATOR_CONFIG, accumulator
 
@@ -261,27 +260,8 @@ dynamic_batching { max_queue_delay_microseconds: 200000 }
 async def test_served_over_grpc_and_http_with_dynamic_batching(tmp_path: Path, running) -> None:
     ir_folder(tmp_path, "ov_batched", BATCHED)
     async with running(tmp_path) as server:
-        grpc = grpc_aio.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-        http = http_aio.InferenceServerClient(f"127.0.0.1:{server.http_port}")
-        try:
-            async def one(client, module, i: int) -> None:
-                a, b = np.full((1, 4), i, np.float32), np.ones((1, 4), np.float32)
-                inputs = [module.InferInput("INPUT0", [1, 4], "FP32"), module.InferInput("INPUT1", [1, 4], "FP32")]
-                inputs[0].set_data_from_numpy(a)
-                inputs[1].set_data_from_numpy(b)
-                result = await client.infer("ov_batched", inputs)
-                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
-                np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
-
-            await asyncio.gather(*(one(grpc, grpc_aio, i) for i in range(8)), *(one(http, http_aio, i) for i in range(8)))
-            stats = (await grpc.get_inference_statistics("ov_batched", as_json=True))["model_stats"][0]
-            assert int(stats["inference_count"]) == 16
-            assert int(stats["execution_count"]) < 16  # requests shared executions
-            config = (await http.get_model_config("ov_batched"))
-            assert config["backend"] == "openvino" and [i["name"] for i in config["input"]] == ["INPUT0", "INPUT1"]
-        finally:
-            await grpc.close()
-            await http.close()
+        config = await check_add_sub_batched(server, "ov_batched")
+        assert config["backend"] == "openvino" and [i["name"] for i in config["input"]] == ["INPUT0", "INPUT1"]
 
 
 async def test_sequence_model_with_implicit_state_over_grpc_stream(tmp_path: Path, running) -> None:

@@ -3,13 +3,11 @@ served over gRPC and HTTP with tritonclient (dynamic batching, a SavedModel with
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpc_aio
-import tritonclient.http.aio as http_aio
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server import dtypes
@@ -17,6 +15,7 @@ from asr_server.backends.base import ModelContext
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.repository import available_versions, complete_config, read_config
 from asr_server.types import InferRequest, InferResponse, Tensor
+from tests.helpers.served import check_add_sub_batched
 
 tf = pytest.importorskip("tensorflow", reason="the tensorflow backend needs the 'tensorflow' extra (tensorflow-cpu)")
 from asr_server.backends.tensorflow import TensorFlowBackend  # noqa: E402  (after the skip)
@@ -169,24 +168,8 @@ async def test_served_over_grpc_and_http_with_dynamic_batching(tmp_path: Path, r
                       'platform: "tensorflow_savedmodel"\nmax_batch_size: 16\n'
                       'instance_group [{ kind: KIND_CPU, count: 1 }]\ndynamic_batching { max_queue_delay_microseconds: 200000 }')
     async with running(tmp_path) as server:
-        grpc = grpc_aio.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-        http = http_aio.InferenceServerClient(f"127.0.0.1:{server.http_port}")
-        try:
-            async def one(client, module, i: int) -> None:
-                a, b = np.full((1, 4), i, np.float32), np.ones((1, 4), np.float32)
-                inputs = [module.InferInput("INPUT0", [1, 4], "FP32"), module.InferInput("INPUT1", [1, 4], "FP32")]
-                inputs[0].set_data_from_numpy(a)
-                inputs[1].set_data_from_numpy(b)
-                result = await client.infer("tf_add_sub", inputs)
-                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
-
-            await asyncio.gather(*(one(grpc, grpc_aio, i) for i in range(8)), *(one(http, http_aio, i) for i in range(8)))
-            stats = (await grpc.get_inference_statistics("tf_add_sub", as_json=True))["model_stats"][0]
-            assert int(stats["inference_count"]) == 16 and int(stats["execution_count"]) < 16
-            assert (await http.get_model_config("tf_add_sub"))["platform"] == "tensorflow_savedmodel"
-        finally:
-            await grpc.close()
-            await http.close()
+        config = await check_add_sub_batched(server, "tf_add_sub")
+        assert config["platform"] == "tensorflow_savedmodel"
 
 
 ACCUMULATOR = """
