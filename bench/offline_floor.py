@@ -13,7 +13,6 @@ the networks cost, whatever serves them).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -22,10 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
+from vs_sherpa import cpu_seconds  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 
 def _params(repo: Path, model: str) -> dict[str, str]:
