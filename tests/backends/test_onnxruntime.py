@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from asr_server import dtypes
 from asr_server.backends.base import ModelContext
 from asr_server.backends.onnxruntime import OnnxRuntimeBackend
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.repository import available_versions, complete_config, read_config
-from asr_server.types import InferRequest, InferResponse, Tensor
+from asr_server.types import InferResponse
 from tests.helpers import onnx_models
+from tests.helpers.backend_calls import count_runs, request
 
 RNG = np.random.default_rng(0)
 
@@ -28,21 +28,6 @@ def load(tmp_path: Path, config_text: Optional[str], write_onnx=onnx_models.iden
     return backend
 
 
-def request(**inputs: np.ndarray) -> InferRequest:
-    return InferRequest("m", inputs=[Tensor(name, dtypes.wire_name(data.dtype), data) for name, data in inputs.items()])
-
-
-def count_runs(backend: OnnxRuntimeBackend) -> list[int]:
-    """Record the batch size of every session run."""
-    sizes: list[int] = []
-    original = backend._run
-
-    def spy(feeds):
-        sizes.append(next(iter(feeds.values())).shape[0])
-        return original(feeds)
-
-    backend._run = spy  # type: ignore[method-assign]
-    return sizes
 
 
 def ok(result) -> InferResponse:

@@ -12,14 +12,14 @@ import tritonclient.grpc.aio as grpc_aio
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server import dtypes
 from asr_server.backends.base import ModelContext
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.repository import available_versions, complete_config, read_config
-from asr_server.types import InferRequest, InferResponse, Tensor
-from tests.helpers.served import check_add_sub_batched
+from asr_server.types import InferResponse
 from tests.helpers import onnx_models
+from tests.helpers.backend_calls import count_runs, request
 from tests.helpers.sequence_models import ACCUMULATOR_CONFIG, accumulator
+from tests.helpers.served import check_add_sub_batched
 
 # Imported through the backend, which keeps openvino's telemetry from starting.
 backend_module = pytest.importorskip("asr_server.backends.openvino", reason="the openvino backend needs the 'openvino' extra")
@@ -49,9 +49,6 @@ def load(model_dir: Path, kind: str = "KIND_CPU") -> OpenVINOBackend:
     return backend
 
 
-def request(name: str = "m", **inputs: np.ndarray) -> InferRequest:
-    return InferRequest(name, inputs=[Tensor(k, dtypes.wire_name(v.dtype), v) for k, v in inputs.items()])
-
 
 def ok(result) -> InferResponse:
     assert isinstance(result, InferResponse), result
@@ -61,17 +58,6 @@ def ok(result) -> InferResponse:
 def parameters(**values: str) -> str:
     return "".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}\n' for k, v in values.items())
 
-
-def count_runs(backend: OpenVINOBackend) -> list[int]:
-    sizes: list[int] = []
-    original = backend._run
-
-    def spy(feeds):
-        sizes.append(next(iter(feeds.values())).shape[0])
-        return original(feeds)
-
-    backend._run = spy  # type: ignore[method-assign]
-    return sizes
 
 
 # ---- auto-complete ---------------------------------------------------------------------------------

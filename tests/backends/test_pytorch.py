@@ -15,7 +15,8 @@ from asr_server.backends.base import ModelContext
 from asr_server.backends.pytorch import PyTorchBackend, order_inputs
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.repository import complete_config, read_config
-from asr_server.types import InferRequest, InferResponse, Tensor
+from asr_server.types import InferResponse
+from tests.helpers.backend_calls import request
 
 torch = pytest.importorskip("torch", reason="the pytorch backend needs torch")
 
@@ -65,9 +66,6 @@ def load(tmp_path: Path, module: torch.nn.Module, config_text: str) -> PyTorchBa
     backend.load()
     return backend
 
-
-def request(**inputs: np.ndarray) -> InferRequest:
-    return InferRequest("m", inputs=[Tensor(name, dtypes.wire_name(data.dtype), data) for name, data in inputs.items()])
 
 
 def ok(result) -> InferResponse:

@@ -10,11 +10,11 @@ import pytest
 import tritonclient.grpc.aio as grpc_aio
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server import dtypes
 from asr_server.backends.base import ModelContext
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.repository import available_versions, complete_config, read_config
-from asr_server.types import InferRequest, InferResponse, Tensor
+from asr_server.types import InferResponse
+from tests.helpers.backend_calls import request
 from tests.helpers.served import check_add_sub_batched
 
 tf = pytest.importorskip("tensorflow", reason="the tensorflow backend needs the 'tensorflow' extra (tensorflow-cpu)")
@@ -88,9 +88,6 @@ def load(model_dir: Path) -> TensorFlowBackend:
     backend.load()
     return backend
 
-
-def request(**inputs: np.ndarray) -> InferRequest:
-    return InferRequest("m", inputs=[Tensor(k, dtypes.wire_name(v.dtype), v) for k, v in inputs.items()])
 
 
 def ok(result) -> InferResponse:
