@@ -1,6 +1,6 @@
 """The protocol-independent data plane: health, metadata, inference and streaming.
 
-gRPC and HTTP handlers convert the wire format into `asr_server.types` and call this class; it validates a
+gRPC and HTTP handlers convert the wire format into `asr_server.messages` and call this class; it validates a
 request against its model's config, hands it to the model's scheduler and returns the responses.
 No protobuf, no grpc here.
 """
@@ -21,7 +21,7 @@ from asr_server.errors import ErrorCode, ServerError, invalid_argument
 from asr_server.repository.manager import LoadedVersion, ModelManager, ModelState
 from asr_server.scheduling.pending import Delivery, Pending, ResponseChannel
 from asr_server.shared_memory import SharedMemoryRegistry
-from asr_server.types import InferRequest, InferResponse
+from asr_server.messages import InferRequest, InferResponse
 
 log = logging.getLogger(__name__)
 

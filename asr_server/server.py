@@ -22,7 +22,7 @@ from asr_server.protocol import grpc_service, restrictions
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.repository.manager import ModelManager
 from asr_server.settings import ServerSettings, validate
-from asr_server.types import InferRequest
+from asr_server.messages import InferRequest
 
 log = logging.getLogger(__name__)
 # After answering a request whose body was not read (413 over --http-max-input-size), read and drop what the

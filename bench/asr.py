@@ -35,7 +35,7 @@ P99_BUDGET_MS = 300.0
 
 
 def load_data(folder: Path) -> list[tuple[str, np.ndarray, str]]:
-    from client.audio import load_audio
+    from asr_client.audio import load_audio
 
     texts = dict(line.split(" ", 1) for line in (folder / "text").read_text().splitlines() if line.strip())
     items = []
@@ -54,8 +54,8 @@ def percentile_ms(values: list[float], q: float) -> float:
 async def offline(url: str, items, concurrency: int) -> dict:
     import tritonclient.grpc.aio as aioclient
 
-    from client.offline import recognize
-    from client.report import error_rates
+    from asr_client.offline import recognize
+    from asr_client.report import error_rates
 
     client = aioclient.InferenceServerClient(url)
     semaphore = asyncio.Semaphore(concurrency)
@@ -77,8 +77,8 @@ async def offline(url: str, items, concurrency: int) -> dict:
 
 
 async def streams(url: str, items, count: int, chunk_ms: float) -> dict:
-    from client.report import error_rates
-    from client.streaming import StreamingClient, StreamOptions
+    from asr_client.report import error_rates
+    from asr_client.streaming import StreamingClient, StreamOptions
 
     options = StreamOptions(chunk_ms=chunk_ms, realtime=True)
     async with StreamingClient(url, options) as client:

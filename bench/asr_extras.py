@@ -156,7 +156,7 @@ def _params(config: Path) -> dict:
 
 
 def espeak(text: str, voice: str = "en-us", speed: int = 150) -> np.ndarray:
-    from client.audio import load_audio
+    from asr_client.audio import load_audio
 
     with tempfile.NamedTemporaryFile(suffix=".wav") as f:
         subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", f.name, text], check=True)
@@ -238,10 +238,10 @@ def timing_errors(truth, words) -> tuple[list[float], list[float]]:
 async def served(url: str, items) -> None:
     import tritonclient.grpc.aio as aioclient
 
-    from client.longform import transcribe_long
-    from client.offline import recognize
-    from client.report import error_rates
-    from client.streaming import StreamingClient, StreamOptions
+    from asr_client.longform import transcribe_long
+    from asr_client.offline import recognize
+    from asr_client.report import error_rates
+    from asr_client.streaming import StreamingClient, StreamOptions
 
     client = aioclient.InferenceServerClient(url)
     if CALIBRATE:

@@ -164,7 +164,7 @@ def paced_streams(counts: list[int], seconds: float, work: Path, deadline: float
     server.start()
     try:
         url = f"127.0.0.1:{ports.get(timeout=120)}"
-        from client.streaming import StreamingClient, StreamOptions
+        from asr_client.streaming import StreamingClient, StreamOptions
 
         async def trial_for(count: int, audio_s: float) -> dict:
             async with StreamingClient(url, StreamOptions(chunk_ms=CHUNK_MS, realtime=True)) as client:

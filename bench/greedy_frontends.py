@@ -58,7 +58,7 @@ def main() -> int:
     from asr_server.asr.checkpoint import load_model_dir
     from asr_server.asr.ctc_search import ctc_greedy
     from asr_server.asr.units import SymbolTable, Tokenizer
-    from client.report import error_rates
+    from asr_client.report import error_rates
     from vs_sherpa import load_data
 
     torch.set_num_threads(1)

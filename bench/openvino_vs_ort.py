@@ -139,8 +139,8 @@ def encoder_rows(kind: str, onnx_dir: Path, ov_dir: Path, threads: int, batches:
 async def transcribe_all(port: int, items) -> tuple[list[str], list[str]]:
     import tritonclient.grpc.aio as aioclient
 
-    from client.offline import recognize
-    from client.streaming import StreamingClient, StreamOptions
+    from asr_client.offline import recognize
+    from asr_client.streaming import StreamingClient, StreamOptions
 
     url = f"127.0.0.1:{port}"
     client = aioclient.InferenceServerClient(url)

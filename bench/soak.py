@@ -99,7 +99,7 @@ def live_sequences(metrics_port: int) -> dict[str, float]:
 
 
 def load_items(folder: Path) -> list[tuple[str, np.ndarray]]:
-    from client.audio import load_audio
+    from asr_client.audio import load_audio
 
     items = []
     for line in (folder / "wav.scp").read_text().splitlines():
@@ -160,7 +160,7 @@ async def run_stream(client, pieces, sequence_id: int, timeout_s: float, figures
 
 
 async def reference_transcripts(client, items) -> tuple[dict, dict]:
-    from client.offline import recognize
+    from asr_client.offline import recognize
 
     streaming, offline, figures = {}, {}, Figures()
     for n, (utt, samples) in enumerate(items):
@@ -206,7 +206,7 @@ async def stream_worker(index: int, url: str, items, references, offline_refs, d
 async def offline_worker(url: str, items, offline_refs, deadline: float, args, figures: Figures) -> None:
     import tritonclient.grpc.aio as aioclient
 
-    from client.offline import recognize
+    from asr_client.offline import recognize
 
     rng = random.Random(args.seed + 7)
     client = aioclient.InferenceServerClient(url)

@@ -79,7 +79,7 @@ def export_and_build(model_dir: Path, work: Path, threads: int) -> tuple[Path, d
 
 
 def load_data(folder: Path) -> list[tuple[str, np.ndarray, str]]:
-    from client.audio import load_audio
+    from asr_client.audio import load_audio
 
     texts = dict(line.split(" ", 1) for line in (folder / "text").read_text().splitlines() if line.strip())
     items = []
@@ -206,7 +206,7 @@ class OurTranscriber:
 
 
 async def ours_paced(url: str, items, count: int, chunk_ms: float, seconds: float) -> dict:
-    from client.streaming import StreamingClient, StreamOptions
+    from asr_client.streaming import StreamingClient, StreamOptions
 
     async with StreamingClient(url, StreamOptions(chunk_ms=chunk_ms, realtime=True)) as client:
         return await _paced_streams(OurTranscriber(client), items, count, chunk_ms, seconds)
@@ -260,7 +260,7 @@ async def sherpa_paced(port: int, items, count: int, chunk_ms: float, seconds: f
 
 
 async def accuracy(transcribe, items, concurrency: int = 4) -> float | None:
-    from client.report import error_rates
+    from asr_client.report import error_rates
 
     semaphore = asyncio.Semaphore(concurrency)
 
@@ -274,7 +274,7 @@ async def accuracy(transcribe, items, concurrency: int = 4) -> float | None:
 
 
 async def ours_accuracy(url: str, items, chunk_ms: float) -> float | None:
-    from client.streaming import StreamingClient, StreamOptions
+    from asr_client.streaming import StreamingClient, StreamOptions
 
     async with StreamingClient(url, StreamOptions(chunk_ms=chunk_ms, realtime=False)) as client:
         return await accuracy(OurTranscriber(client), items)

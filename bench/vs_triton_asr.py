@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from client.audio import load_audio  # noqa: E402
+from asr_client.audio import load_audio  # noqa: E402
 from tests.helpers import real_triton as rt  # noqa: E402
 from tests.helpers.asr_repos import exported, offline_repo  # noqa: E402
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from asr_server.asr.checkpoint import LoadedModel, load_model_dir  # noqa: E402
 from asr_server.asr import ctc_search, rescoring  # noqa: E402
 from asr_server.asr.features import fbank  # noqa: E402
-from client.inputs import collect_utterances  # noqa: E402
+from asr_client.inputs import collect_utterances  # noqa: E402
 
 
 def edit_distance(ref: list[str], hyp: list[str]) -> int:

@@ -21,7 +21,7 @@ SAMPLE_RATE = 16000  # Hz; what the ASR models take
 def load_utterances(source: Path, limit: int = 0) -> list[np.ndarray]:
     """Audio of a Kaldi-style folder (wav.scp with paths relative to it) or of every audio file in a folder,
     resampled to 16 kHz mono float32."""
-    from client.audio import load_audio
+    from asr_client.audio import load_audio
 
     source = Path(source)
     if (source / "wav.scp").is_file():

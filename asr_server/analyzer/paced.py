@@ -3,7 +3,7 @@
 perf_analyzer sends a sequence's steps as fast as the server answers (or at a global request rate), so it
 measures how many chunks per second the server can take, not whether S people talking at once each get their
 partial transcripts in time. Here each of S streams sends one chunk when its audio has "happened" (real time,
-paced on the event loop's clock by client.streaming), plays utterances back to back, and starts staggered over
+paced on the event loop's clock by asr_client.streaming), plays utterances back to back, and starts staggered over
 one chunk. Reported: chunk latency (chunk sent -> its partial transcript) and final latency (END chunk sent ->
 final, rescored transcript), which perf_analyzer cannot tell apart from the other responses.
 """
@@ -39,7 +39,7 @@ def _p(values: Sequence[float], q: float) -> float:
 async def paced_streams(url: str, model: str, utterances: Sequence[np.ndarray], streams: int,
                         seconds: float, chunk_ms: float = 640.0) -> PacedResult:
     """`streams` real-time streams to `model`, each playing at least `seconds` of audio."""
-    from client.streaming import StreamingClient, StreamOptions
+    from asr_client.streaming import StreamingClient, StreamOptions
 
     async with StreamingClient(url, StreamOptions(model=model, chunk_ms=chunk_ms, realtime=True,
                                                   stream_timeout_s=seconds + 60)) as client:

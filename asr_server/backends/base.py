@@ -26,7 +26,7 @@ from typing import Any, Awaitable, Callable, ClassVar, Optional, Sequence, Union
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.errors import ServerError
-from asr_server.types import InferRequest, InferResponse, ResponseSink
+from asr_server.messages import InferRequest, InferResponse, ResponseSink
 
 # In-process inference for BLS (python models calling other models): takes a request, returns the
 # responses (one, or many for a decoupled model). `infer_sync` is safe to call from executor threads.

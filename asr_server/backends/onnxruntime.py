@@ -20,7 +20,7 @@ from asr_server import dtypes
 from asr_server.backends.base import Backend, ExecuteResult, batcher_inputs, batcher_outputs, context_parameters
 from asr_server.backends.reshape import WILDCARD_DIM, to_client_shape, to_model_shape
 from asr_server.errors import ErrorCode, ServerError, internal, invalid_argument
-from asr_server.types import InferRequest, InferResponse, ResponseSink, Tensor
+from asr_server.messages import InferRequest, InferResponse, ResponseSink, Tensor
 
 log = logging.getLogger(__name__)
 

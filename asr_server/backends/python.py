@@ -26,13 +26,13 @@ import numpy as np
 from google.protobuf import descriptor, json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server import types
+from asr_server import messages
 from asr_server.backends import triton_python_backend_utils as pb_utils
 from asr_server.backends.base import Backend, ExecuteResult, ModelContext
 from asr_server.backends.reshape import to_client_shape, to_model_shape
 from asr_server.dtypes import wire_name
 from asr_server.errors import ErrorCode, ServerError, internal, invalid_argument
-from asr_server.types import InferRequest, InferResponse, ResponseSink
+from asr_server.messages import InferRequest, InferResponse, ResponseSink
 
 log = logging.getLogger(__name__)
 
@@ -226,14 +226,14 @@ def bytes_array(data: np.ndarray) -> np.ndarray:
     return out
 
 
-def server_tensor(tensor: pb_utils.Tensor) -> types.Tensor:
+def server_tensor(tensor: pb_utils.Tensor) -> messages.Tensor:
     data = tensor.as_numpy()
     if data.dtype.kind in ("O", "S", "U"):
         data = bytes_array(data)
-    return types.Tensor(name=tensor.name(), datatype=wire_name(data.dtype), data=data)
+    return messages.Tensor(name=tensor.name(), datatype=wire_name(data.dtype), data=data)
 
 
-def pb_tensor(tensor: types.Tensor) -> pb_utils.Tensor:
+def pb_tensor(tensor: messages.Tensor) -> pb_utils.Tensor:
     return pb_utils.Tensor(tensor.name, tensor.data)
 
 
@@ -256,9 +256,9 @@ def bls_request(request: pb_utils.InferenceRequest) -> InferRequest:
         model_version="" if version < 0 else str(version),
         id=request.request_id(),
         inputs=[server_tensor(t) for t in request.inputs()],
-        outputs=[types.RequestedOutput(name) for name in request.requested_output_names()],
+        outputs=[messages.RequestedOutput(name) for name in request.requested_output_names()],
         parameters=json.loads(request.parameters()),
-        sequence=types.SequenceControl(
+        sequence=messages.SequenceControl(
             id=request.correlation_id(),
             start=bool(flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START),
             end=bool(flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END),
@@ -553,17 +553,17 @@ class PythonBackend(Backend):
             route=self._route,
         )
 
-    def _model_input(self, tensor: types.Tensor) -> pb_utils.Tensor:
+    def _model_input(self, tensor: messages.Tensor) -> pb_utils.Tensor:
         io = self._input_reshapes.get(tensor.name)
         if io is None:
             return pb_tensor(tensor)
         return pb_utils.Tensor(tensor.name, to_model_shape(tensor.data, io, self._batching))
 
-    def _client_output(self, tensor: types.Tensor) -> types.Tensor:
+    def _client_output(self, tensor: messages.Tensor) -> messages.Tensor:
         io = self._output_reshapes.get(tensor.name)
         if io is None:
             return tensor
-        return types.Tensor(tensor.name, tensor.datatype, to_client_shape(tensor.data, io, self._batching))
+        return messages.Tensor(tensor.name, tensor.datatype, to_client_shape(tensor.data, io, self._batching))
 
     def _sender(
         self,

@@ -19,8 +19,8 @@ from asr_server.dtypes import ELEMENT_SIZE, numpy_dtype
 from asr_server.errors import invalid_argument
 from asr_server.protocol import parameters as rules
 from asr_server.shared_memory import SharedMemoryRegistry
-from asr_server.statistics import Duration, ModelStatistics
-from asr_server.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from asr_server.model_stats import Duration, ModelStatistics
+from asr_server.messages import InferRequest, InferResponse, RequestedOutput, Tensor
 
 # Request parameters the server consumes itself; the rest reach the model.
 RESERVED_PARAMETERS = {

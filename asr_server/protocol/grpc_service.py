@@ -21,7 +21,7 @@ from asr_server.protocol import converters
 from asr_server.protocol import parameters
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.protocol.status import GRPC_STATUS
-from asr_server.types import InferResponse
+from asr_server.messages import InferResponse
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from asr_server.protocol import http_converters as hc
 from asr_server.protocol import parameters as rules
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.protocol.status import HTTP_STATUS
-from asr_server.types import InferRequest
+from asr_server.messages import InferRequest
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from asr_server.errors import invalid_argument
 from asr_server.protocol import converters
 from asr_server.protocol import parameters as rules
 from asr_server.shared_memory import Region, SharedMemoryRegistry
-from asr_server.statistics import ModelStatistics
-from asr_server.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from asr_server.model_stats import ModelStatistics
+from asr_server.messages import InferRequest, InferResponse, RequestedOutput, Tensor
 
 JSON_ONLY_BINARY = ("FP16", "BF16")  # JSON has no half-precision numbers: these travel as binary only
 _INT64_TYPES = (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64)

@@ -14,7 +14,7 @@ import json
 from typing import Any, Mapping, NamedTuple, Optional
 
 from asr_server.errors import invalid_argument
-from asr_server.types import SequenceControl
+from asr_server.messages import SequenceControl
 
 INT64_MAX = (1 << 63) - 1
 UINT64_MAX = (1 << 64) - 1

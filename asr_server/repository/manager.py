@@ -35,7 +35,7 @@ from asr_server.repository import warmup
 from asr_server.scheduling.ensemble import EnsembleScheduler
 from asr_server.scheduling.factory import make_scheduler
 from asr_server.scheduling.instances import Instance, InstancePool
-from asr_server.statistics import ModelStatistics
+from asr_server.model_stats import ModelStatistics
 
 log = logging.getLogger(__name__)
 

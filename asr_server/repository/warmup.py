@@ -17,7 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from asr_server.backends.base import Backend
 from asr_server.dtypes import config_to_wire, numpy_dtype
 from asr_server.errors import ServerError, invalid_argument
-from asr_server.types import InferRequest, Tensor
+from asr_server.messages import InferRequest, Tensor
 
 WARMUP_FOLDER = "warmup"  # Triton reads input_data_file from <model>/warmup/
 

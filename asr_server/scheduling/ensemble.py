@@ -18,8 +18,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.errors import ErrorCode, ServerError, as_server_error
 from asr_server.scheduling.pending import Pending
-from asr_server.statistics import ModelStatistics
-from asr_server.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from asr_server.model_stats import ModelStatistics
+from asr_server.messages import InferRequest, InferResponse, RequestedOutput, Tensor
 
 InferAll = Callable[[InferRequest], Awaitable[list[InferResponse]]]
 

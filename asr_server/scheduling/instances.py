@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence
 from asr_server.backends.base import Backend
 from asr_server.errors import ErrorCode, ServerError, as_server_error, internal
 from asr_server.scheduling.pending import Pending
-from asr_server.statistics import ModelStatistics
+from asr_server.model_stats import ModelStatistics
 
 log = logging.getLogger(__name__)
 

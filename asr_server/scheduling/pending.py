@@ -13,7 +13,7 @@ import time
 from typing import AsyncIterator, Callable, Optional, Union
 
 from asr_server.errors import ErrorCode, ServerError
-from asr_server.types import InferRequest, InferResponse
+from asr_server.messages import InferRequest, InferResponse
 
 Delivery = Union[InferResponse, ServerError, None]
 

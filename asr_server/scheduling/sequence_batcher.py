@@ -29,7 +29,7 @@ from asr_server.scheduling import sequence_state as ss
 from asr_server.scheduling.base import Scheduler
 from asr_server.scheduling.instances import Instance, InstancePool
 from asr_server.scheduling.pending import Delivery, Pending
-from asr_server.types import InferResponse, SequenceId, Tensor
+from asr_server.messages import InferResponse, SequenceId, Tensor
 
 log = logging.getLogger(__name__)
 

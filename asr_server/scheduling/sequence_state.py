@@ -15,7 +15,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.dtypes import config_to_wire, numpy_dtype
-from asr_server.types import InferRequest, SequenceId, Tensor
+from asr_server.messages import InferRequest, SequenceId, Tensor
 
 Control = mc.ModelSequenceBatching.Control
 

@@ -276,8 +276,8 @@ async def _served_transcripts_match_wenet(running, repo: Path) -> None:
     import tritonclient.grpc.aio as aioclient
 
     from asr_server.asr.units import SymbolTable, tokens_to_text
-    from client.offline import recognize
-    from client.streaming import StreamingClient, StreamOptions
+    from asr_client.offline import recognize
+    from asr_client.streaming import StreamingClient, StreamOptions
 
     served = np.load(FIXTURES / "onnx_tiny" / "served.npz")
     symbols = SymbolTable.load(FIXTURES / "onnx_tiny" / "units.txt")

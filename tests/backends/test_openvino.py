@@ -15,7 +15,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from asr_server.backends.base import ModelContext
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.repository import available_versions, complete_config, read_config
-from asr_server.types import InferResponse
+from asr_server.messages import InferResponse
 from tests.helpers import onnx_models
 from tests.helpers.backend_calls import count_runs, request
 from tests.helpers.sequence_models import ACCUMULATOR_CONFIG, accumulator

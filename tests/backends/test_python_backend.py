@@ -19,7 +19,7 @@ from asr_server.backends import triton_python_backend_utils as pb_utils
 from asr_server.backends.base import InferAsync, InferSync, ModelContext, backend_class
 from asr_server.backends.python import PythonBackend, config_to_dict
 from asr_server.errors import ErrorCode, ServerError
-from asr_server.types import (
+from asr_server.messages import (
     InferRequest,
     InferResponse,
     RequestedOutput,

@@ -15,7 +15,7 @@ from asr_server.backends.base import ModelContext
 from asr_server.backends.pytorch import PyTorchBackend, order_inputs
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.repository import complete_config, read_config
-from asr_server.types import InferResponse
+from asr_server.messages import InferResponse
 from tests.helpers.backend_calls import request
 
 torch = pytest.importorskip("torch", reason="the pytorch backend needs torch")

@@ -13,7 +13,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from asr_server.backends.base import ModelContext
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.repository import available_versions, complete_config, read_config
-from asr_server.types import InferResponse
+from asr_server.messages import InferResponse
 from tests.helpers.backend_calls import request
 from tests.helpers.served import check_add_sub_batched
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import soundfile
 
-from client import chunking
-from client.audio import AudioError, load_audio, read_pcm16_blocks, resample
-from client.inputs import InputError, collect_utterances
-from client.tensors import wav_inputs
+from asr_client import chunking
+from asr_client.audio import AudioError, load_audio, read_pcm16_blocks, resample
+from asr_client.inputs import InputError, collect_utterances
+from asr_client.tensors import wav_inputs
 from tests.client.tones import tones
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 import pytest
 
-from client.cli import main
+from asr_client.cli import main
 from tests.client.tones import tones
 
 

@@ -7,11 +7,11 @@ import asyncio
 import pytest
 import tritonclient.grpc.aio as grpcclient
 
-from client import (
+from asr_client import (
     StreamingClient, StreamingError, StreamOptions, TranscribeOptions, Utterance, load_audio, summarize,
     transcribe_files,
 )
-from client.report import statistics_delta, statistics_snapshot
+from asr_client.report import statistics_delta, statistics_snapshot
 from tests.client.tones import tones
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from client.longform import Word, find_pieces
-from client.subtitles import cues, to_srt, to_vtt
+from asr_client.longform import Word, find_pieces
+from asr_client.subtitles import cues, to_srt, to_vtt
 
 RATE = 16000
 

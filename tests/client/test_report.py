@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from client.batch import BatchResult, UtteranceResult
-from client.report import error_rates, format_summary, percentiles_ms, statistics_delta, summarize
+from asr_client.batch import BatchResult, UtteranceResult
+from asr_client.report import error_rates, format_summary, percentiles_ms, statistics_delta, summarize
 
 
 def test_error_rates_count_corpus_level_edits_after_light_normalisation():

@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from client.audio import load_audio
+from asr_client.audio import load_audio
 from tests.conftest import ROOT
 from tests.helpers import real_triton as rt
-from client.streaming import StreamingClient, StreamOptions
+from asr_client.streaming import StreamingClient, StreamOptions
 from tests.helpers.asr_repos import exported, offline_repo, pipeline_repo
 
 DATA = ROOT / "tests" / "data" / "demo_utts"

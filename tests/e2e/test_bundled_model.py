@@ -12,10 +12,10 @@ import shutil
 import pytest
 import tritonclient.grpc.aio as aioclient
 
-from client.audio import load_audio
-from client.offline import recognize
-from client.report import error_rates
-from client.streaming import StreamingClient, StreamOptions
+from asr_client.audio import load_audio
+from asr_client.offline import recognize
+from asr_client.report import error_rates
+from asr_client.streaming import StreamingClient, StreamOptions
 from tests.conftest import BUNDLED_REPO, ROOT
 
 DATA = ROOT / "tests" / "data" / "demo_utts"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as aioclient
 
-from client.audio import load_audio
-from client.tensors import wav_inputs
+from asr_client.audio import load_audio
+from asr_client.tensors import wav_inputs
 from tests.conftest import BUNDLED_REPO, ROOT
 
 DATA = ROOT / "tests" / "data" / "demo_utts"
@@ -110,7 +110,7 @@ HOTWORDS = "chairs|twelve brown boxes|carla|garden|expensive"  # phrases of the 
 
 
 async def test_hotwords_reach_the_search_and_cost_no_accuracy_on_held_out_utterances(client):
-    from client.report import error_rates
+    from asr_client.report import error_rates
     from tests.e2e.test_bundled_model import utterances
 
     items = utterances()
@@ -154,8 +154,8 @@ def long_file(tmp_path, pause_s=0.7):
 
 
 async def test_cli_transcribes_a_long_file_in_pieces_with_words_and_subtitles(running, tmp_path, capsys):
-    from client.cli import main
-    from client.report import error_rates
+    from asr_client.cli import main
+    from asr_client.report import error_rates
 
     path, reference, spans = long_file(tmp_path)
     async with running(BUNDLED_REPO, allow_http=False) as server:
@@ -179,7 +179,7 @@ async def test_cli_transcribes_a_long_file_in_pieces_with_words_and_subtitles(ru
 
 
 async def test_cli_stream_prints_each_segment_as_it_ends(running, tmp_path, capsys):
-    from client.cli import main
+    from asr_client.cli import main
 
     path, _, spans = long_file(tmp_path, pause_s=1.0)
     async with running(BUNDLED_REPO, allow_http=False) as server:

@@ -16,7 +16,7 @@ import re
 import numpy as np
 import pytest
 
-from client.streaming import StreamingClient, StreamOptions
+from asr_client.streaming import StreamingClient, StreamOptions
 from tests.conftest import BUNDLED_REPO, ROOT, copy_model
 from tests.e2e.test_bundled_model import utterances
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from asr_server import dtypes
-from asr_server.types import InferRequest, Tensor
+from asr_server.messages import InferRequest, Tensor
 
 
 def request(name: str = "m", **inputs: np.ndarray) -> InferRequest:

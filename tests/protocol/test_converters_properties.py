@@ -19,7 +19,7 @@ from asr_server.errors import ErrorCode, ServerError
 from asr_server.protocol import converters
 from asr_server.protocol import http_converters as hc
 from asr_server.protocol.parameters import RULES, UINT64_MAX
-from asr_server.types import InferResponse, Tensor
+from asr_server.messages import InferResponse, Tensor
 
 # Seeded (derandomize) and small enough that the file runs in a few seconds; no example database on disk.
 FAST = settings(max_examples=60, deadline=None, derandomize=True, database=None)

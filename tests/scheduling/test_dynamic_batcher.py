@@ -22,8 +22,8 @@ from asr_server.errors import ErrorCode, ServerError
 from asr_server.scheduling.dynamic_batcher import DynamicBatcher
 from asr_server.scheduling.instances import Instance, InstancePool
 from asr_server.scheduling.pending import Pending, ResponseChannel
-from asr_server.statistics import ModelStatistics
-from asr_server.types import InferRequest, InferResponse, Tensor
+from asr_server.model_stats import ModelStatistics
+from asr_server.messages import InferRequest, InferResponse, Tensor
 from tests.helpers.onnx_models import identity_model, model_folder
 
 WAIT_S = 10.0  # upper bound for a thread event that must happen; never reached when the code is right

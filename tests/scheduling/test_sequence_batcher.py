@@ -342,7 +342,7 @@ async def test_stop_drains_queued_sequence_requests(tmp_path: Path, running, cli
 
 
 def _sequence_request(model: str, sequence_id, value: float = 1.0, name: str = "INPUT", batch: int = 1):
-    from asr_server.types import InferRequest, SequenceControl, Tensor
+    from asr_server.messages import InferRequest, SequenceControl, Tensor
 
     data = np.full((batch, 1), value, dtype=np.float32)
     return InferRequest(model, inputs=[Tensor(name, "FP32", data)],

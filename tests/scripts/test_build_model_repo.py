@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import tritonclient.grpc.aio as aioclient
 
-from client.audio import load_audio
-from client.offline import recognize
-from client.streaming import StreamingClient, StreamOptions
+from asr_client.audio import load_audio
+from asr_client.offline import recognize
+from asr_client.streaming import StreamingClient, StreamOptions
 from tests.conftest import ROOT
 
 MODEL_DIR = ROOT / "models" / "demo_en"

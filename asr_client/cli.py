@@ -23,13 +23,13 @@ from typing import Optional, Sequence, TextIO
 import tritonclient.grpc.aio as grpcclient
 from tqdm import tqdm
 
-from client import longform, report, subtitles
-from client.audio import SAMPLE_RATE, AudioError, load_audio, read_pcm16_blocks
-from client.batch import BatchResult, TranscribeOptions, UtteranceResult, transcribe_files
-from client.inputs import InputError, Utterance, collect_utterances
-from client.microphone import MicrophoneUnavailable, microphone_blocks, require_sounddevice
-from client.offline import DEFAULT_OFFLINE_MODEL
-from client.streaming import (
+from asr_client import longform, report, subtitles
+from asr_client.audio import SAMPLE_RATE, AudioError, load_audio, read_pcm16_blocks
+from asr_client.batch import BatchResult, TranscribeOptions, UtteranceResult, transcribe_files
+from asr_client.inputs import InputError, Utterance, collect_utterances
+from asr_client.microphone import MicrophoneUnavailable, microphone_blocks, require_sounddevice
+from asr_client.offline import DEFAULT_OFFLINE_MODEL
+from asr_client.streaming import (
     DEFAULT_CHUNK_MS,
     DEFAULT_STREAMING_MODEL,
     DEFAULT_URL,

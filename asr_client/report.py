@@ -15,7 +15,7 @@ import jiwer
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 
-from client.batch import BatchResult, UtteranceResult
+from asr_client.batch import BatchResult, UtteranceResult
 
 PERCENTILES = (50, 90, 99)
 NS_PER_MS = 1e6

@@ -11,7 +11,7 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from client.tensors import details_of, transcript_of, transcript_output, wav_inputs
+from asr_client.tensors import details_of, transcript_of, transcript_output, wav_inputs
 
 DEFAULT_OFFLINE_MODEL = "attention_rescoring"
 

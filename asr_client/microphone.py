@@ -7,7 +7,7 @@ from typing import AsyncIterator, Optional
 
 import numpy as np
 
-from client.audio import SAMPLE_RATE, pcm16_to_float
+from asr_client.audio import SAMPLE_RATE, pcm16_to_float
 
 INSTALL_HINT = "install it with `pip install sounddevice` (or the project's `microphone` extra) and PortAudio"
 

@@ -18,9 +18,9 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from client import chunking
-from client.audio import SAMPLE_RATE
-from client.tensors import details_of, transcript_of, transcript_output, wav_inputs
+from asr_client import chunking
+from asr_client.audio import SAMPLE_RATE
+from asr_client.tensors import details_of, transcript_of, transcript_output, wav_inputs
 
 DEFAULT_URL = "127.0.0.1:8001"
 DEFAULT_STREAMING_MODEL = "streaming_wenet"
@@ -91,7 +91,7 @@ class StreamingClient:
         async with StreamingClient("127.0.0.1:8001") as client:
             result = await client.transcribe(samples, on_partial=print)
 
-    `samples` is (n,) float32 at 16 kHz in [-1, 1] (see client.audio), or an async iterable of such blocks
+    `samples` is (n,) float32 at 16 kHz in [-1, 1] (see asr_client.audio), or an async iterable of such blocks
     of any length (stdin, microphone), re-cut into chunks here.
     """
 

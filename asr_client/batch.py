@@ -13,10 +13,10 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import tritonclient.grpc.aio as grpcclient
 
-from client import longform, offline
-from client.audio import AudioError, load_audio
-from client.inputs import Utterance
-from client.streaming import DEFAULT_STREAMING_MODEL, DEFAULT_URL, StreamingClient, StreamingError, StreamOptions
+from asr_client import longform, offline
+from asr_client.audio import AudioError, load_audio
+from asr_client.inputs import Utterance
+from asr_client.streaming import DEFAULT_STREAMING_MODEL, DEFAULT_URL, StreamingClient, StreamingError, StreamOptions
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class TranscribeOptions:
     timeout_s: Optional[float] = None  # per utterance: request or whole stream
     parameters: Optional[Mapping[str, Any]] = None  # request parameters (hotwords, endpoint rules, ...)
     words: bool = False  # ask for DETAILS and keep each word with its times
-    long: bool = False  # offline: cut each file at pauses and send the pieces in parallel (client.longform)
+    long: bool = False  # offline: cut each file at pauses and send the pieces in parallel (asr_client.longform)
 
     def __post_init__(self):
         if self.concurrency < 1:

@@ -20,8 +20,8 @@ from typing import Optional
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 
-from client import offline
-from client.audio import SAMPLE_RATE
+from asr_client import offline
+from asr_client.audio import SAMPLE_RATE
 
 FRAME_S = 0.02  # energy frame, seconds
 MAX_PIECE_S = 20.0  # longest piece sent in one request (well under the built repository's 60 s limit)

@@ -14,7 +14,7 @@ from typing import AsyncIterable, AsyncIterator, Iterator
 
 import numpy as np
 
-from client.audio import SAMPLE_RATE
+from asr_client.audio import SAMPLE_RATE
 
 WENET_FIRST_CHUNK_SAMPLES = 11_040  # 690 ms at 16 kHz
 WENET_CHUNK_SAMPLES = 10_240  # 640 ms at 16 kHz
