@@ -37,7 +37,7 @@ class CheckReport:
 
 def utterance_features(count: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """(B, T, 80) float32 padded fbank of the first `count` test utterances, (B,) int32 lengths."""
-    from asr_server.asr.features import batch_fbank
+    from asr_server.asr.features.fbank import batch_fbank
     from asr_client.audio import load_audio
 
     paths = sorted(DATA.glob("*.flac"))[:count]

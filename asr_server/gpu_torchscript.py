@@ -1,6 +1,6 @@
 """TorchScript of the encoders and the decoder, for the pytorch backend on CUDA (Triton's pytorch_libtorch).
 
-The modules traced are the ONNX exporter's own wrappers (asr.export.OfflineEncoderGraph, StreamingEncoderGraph,
+The modules traced are the ONNX exporter's own wrappers (asr.export.graphs.OfflineEncoderGraph, StreamingEncoderGraph,
 decoder_graph), so the TorchScript and ONNX graphs compute the same function with the same tensor names and
 order: a `model.pt` can replace a `*.onnx` in a repository with only `backend: "pytorch"` changed.
 Traced on real features (gpu_engine_check.check_feeds); tests/gpu/test_torchscript.py runs them on other
@@ -17,14 +17,14 @@ import numpy as np
 
 def graph_module(model, name: str, beam: int):
     """The exporter's wrapper module for `name` (encoder, streaming_encoder, decoder)."""
-    from asr_server.asr import export
+    from asr_server.asr.export import graphs
 
     if name == "encoder":
-        return export.OfflineEncoderGraph(model, beam)
+        return graphs.OfflineEncoderGraph(model, beam)
     if name == "streaming_encoder":
-        return export.StreamingEncoderGraph(model, beam)
+        return graphs.StreamingEncoderGraph(model, beam)
     if name == "decoder":
-        return export.decoder_graph(model, model.model_cfg.ctc_weight, model.model_cfg.reverse_weight)
+        return graphs.decoder_graph(model, model.model_cfg.ctc_weight, model.model_cfg.reverse_weight)
     raise ValueError(f"no TorchScript graph for '{name}'")
 
 

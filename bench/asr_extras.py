@@ -62,7 +62,7 @@ class OrtStreamingEncoder:
         self.state = {}
 
     def __call__(self, jobs):
-        from asr_server.asr.pipeline import EncoderResult
+        from asr_server.asr.serving.pipeline import EncoderResult
 
         out = []
         for job in jobs:
@@ -97,10 +97,10 @@ class Replay:
 
 
 def scorer_cost(repo: Path, items) -> dict:
-    from asr_server.asr.features import FbankConfig
-    from asr_server.asr.pipeline import StreamChunk, StreamingFeatures, StreamingScorer
-    from asr_server.asr.hotwords import Hotwords
-    from asr_server.asr import serving_config
+    from asr_server.asr.features.fbank import FbankConfig
+    from asr_server.asr.serving.pipeline import StreamChunk, StreamingFeatures, StreamingScorer
+    from asr_server.asr.decoding.hotwords import Hotwords
+    from asr_server.asr.serving import serving_config
 
     params = {k: v for k, v in _params(repo / "wenet" / "config.pbtxt").items()}
     tokenizer = serving_config.tokenizer({"model_repository": str(repo / "wenet")}, params)

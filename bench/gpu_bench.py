@@ -73,8 +73,8 @@ def encoder_throughput(batches: list[int], deadline: float, device: str) -> list
     import onnxruntime as ort
     import torch
 
-    from asr_server.asr.checkpoint import load_model_dir
-    from asr_server.asr.export import StreamingEncoderGraph
+    from asr_server.asr.nn.checkpoint import load_model_dir
+    from asr_server.asr.export.graphs import StreamingEncoderGraph
 
     torch.backends.cuda.matmul.allow_tf32 = False  # the numbers the parity tests check, not TF32's
     names = ["chunk_xs", "chunk_lens", "offset", "att_cache", "cnn_cache", "cache_mask"]
@@ -146,7 +146,7 @@ def paced_streams(counts: list[int], seconds: float, work: Path, deadline: float
     """optimized=False: the repository's TorchScript models set DISABLE_OPTIMIZED_EXECUTION (Triton's pytorch
     backend parameter). warmup_s: one unrecorded trial first, at the largest count up to 32 (the first run's
     cold trial at 8 streams had chunk p99 5.4 s against p50 23 ms: first calls at new batch sizes)."""
-    from asr_server.asr.checkpoint import load_model_dir
+    from asr_server.asr.nn.checkpoint import load_model_dir
     from asr_server.gpu_torchscript import torchscript_repository
 
     tag = "optimized" if optimized else "plain"

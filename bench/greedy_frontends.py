@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 def kaldi_fbank(samples: np.ndarray, snip_edges: bool, high_freq: float) -> np.ndarray:
     import kaldi_native_fbank as knf
 
-    from asr_server.asr.features import INT16_SCALE
+    from asr_server.asr.features.fbank import INT16_SCALE
 
     opts = knf.FbankOptions()
     opts.frame_opts.dither = 0.0
@@ -55,8 +55,8 @@ def main() -> int:
 
     import torch
 
-    from asr_server.asr.checkpoint import load_model_dir
-    from asr_server.asr.ctc_search import ctc_greedy
+    from asr_server.asr.nn.checkpoint import load_model_dir
+    from asr_server.asr.decoding.ctc_search import ctc_greedy
     from asr_server.asr.units import SymbolTable, Tokenizer
     from asr_client.report import error_rates
     from vs_sherpa import load_data

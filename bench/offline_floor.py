@@ -37,10 +37,10 @@ def offline_floor(repo: Path, items, threads: int = 1) -> dict:
     items: (name, float32 samples at 16 kHz, reference) as bench/asr.py loads them."""
     import onnxruntime as ort
 
-    from asr_server.asr import serving_config
-    from asr_server.asr.ctc_search import make_search
-    from asr_server.asr.features import batch_fbank_computer
-    from asr_server.asr.rescoring import build_decoder_inputs
+    from asr_server.asr.serving import serving_config
+    from asr_server.asr.decoding.ctc_search import make_search
+    from asr_server.asr.features.fbank import batch_fbank_computer
+    from asr_server.asr.decoding.rescoring import build_decoder_inputs
     from asr_server.asr.units import SymbolTable
 
     def session(model: str) -> ort.InferenceSession:

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asr_server.asr.ctc_search import (  # noqa: E402
+from asr_server.asr.decoding.ctc_search import (  # noqa: E402
     IMPLEMENTATION,
     CtcPrefixBeamSearch,
     SearchOptions,

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asr_server.asr.checkpoint import load_model_dir  # noqa: E402
+from asr_server.asr.nn.checkpoint import load_model_dir  # noqa: E402
 
 
 def read_state(path: Path) -> dict[str, torch.Tensor]:

@@ -29,7 +29,7 @@ from pathlib import Path
 import onnx
 
 from asr_server.asr.nn.embedding import subsampling_geometry
-from asr_server.asr.onnx_layout import find_graphs
+from asr_server.asr.export.onnx_layout import find_graphs
 from asr_server.asr.units import SymbolTable
 
 ROOT = Path(__file__).resolve().parent.parent

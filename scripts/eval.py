@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Decode Kaldi-style test splits with a WeNet-style model dir and print WER per decoding mode.
 
-Modes (all with the project's own search, ``asr_server.asr.ctc_search`` / ``rescoring``):
+Modes (all with the project's own search, ``asr_server.asr.decoding.ctc_search`` / ``rescoring``):
   offline_greedy, offline_beam, offline_rescore   full-context encoder
   stream_greedy, stream_beam, stream_rescore      batched ``forward_chunk`` chunk by chunk
                                                   (--chunk encoder frames, 40 ms each; 16 = 640 ms)
@@ -30,9 +30,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asr_server.asr.checkpoint import LoadedModel, load_model_dir  # noqa: E402
-from asr_server.asr import ctc_search, rescoring  # noqa: E402
-from asr_server.asr.features import fbank  # noqa: E402
+from asr_server.asr.nn.checkpoint import LoadedModel, load_model_dir  # noqa: E402
+from asr_server.asr.decoding import ctc_search  # noqa: E402
+from asr_server.asr.decoding import rescoring  # noqa: E402
+from asr_server.asr.features.fbank import fbank  # noqa: E402
 from asr_client.inputs import collect_utterances  # noqa: E402
 
 

@@ -5,7 +5,7 @@
 
 Every graph is run with ONNX Runtime against the PyTorch model on random inputs; one parity line per graph is
 printed, and the exit status is 1 when any fp32 graph differs by more than --atol (fp16 graphs are compared
-with the fp32 model at a looser tolerance, see asr_server/asr/export.py).
+with the fp32 model at a looser tolerance, see asr_server/asr/export/graphs.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from asr_server.asr.checkpoint import load_model_dir  # noqa: E402
-from asr_server.asr.export import ExportMismatch, ExportOptions, export_all  # noqa: E402
+from asr_server.asr.nn.checkpoint import load_model_dir  # noqa: E402
+from asr_server.asr.export.graphs import ExportMismatch, ExportOptions, export_all  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -394,7 +394,7 @@ def served_fixture(model, conf: dict, folder: Path) -> None:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from asr_server.asr.features import FbankConfig, fbank
+    from asr_server.asr.features.fbank import FbankConfig, fbank
 
     rng = np.random.default_rng(11)
     t = np.arange(int(1.2 * 16000)) / 16000

@@ -29,13 +29,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asr_server.asr.checkpoint import save_model_dir  # noqa: E402
-from asr_server.asr.cmvn import CmvnStats, load_cmvn, save_json_cmvn  # noqa: E402
-from asr_server.asr.features import FbankConfig, fbank  # noqa: E402
-from asr_server.asr.model import IGNORE_ID, ModelConfig, U2Model, count_parameters  # noqa: E402
+from asr_server.asr.nn.checkpoint import save_model_dir  # noqa: E402
+from asr_server.asr.features.cmvn import CmvnStats, load_cmvn, save_json_cmvn  # noqa: E402
+from asr_server.asr.features.fbank import FbankConfig, fbank  # noqa: E402
+from asr_server.asr.nn.model import IGNORE_ID, ModelConfig, U2Model, count_parameters  # noqa: E402
 from asr_server.asr.nn.decoder import DecoderConfig  # noqa: E402
 from asr_server.asr.nn.encoder import EncoderConfig, GlobalCMVN  # noqa: E402
-from asr_server.asr.restricted_ctc import earliest_emission_frames  # noqa: E402
+from asr_server.asr.training.restricted_ctc import earliest_emission_frames  # noqa: E402
 from asr_server.asr.units import SymbolTable, Tokenizer, bpe_units, train_bpe  # noqa: E402
 
 # Arguments that define the network and its loss (train.yaml); --finalize takes them from the checkpoint.

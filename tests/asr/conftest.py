@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the recogniser tests need torch")
 
-from asr_server.asr.model import ModelConfig, U2Model  # noqa: E402
+from asr_server.asr.nn.model import ModelConfig, U2Model  # noqa: E402
 from asr_server.asr.nn.decoder import DecoderConfig  # noqa: E402
 from asr_server.asr.nn.encoder import EncoderConfig, GlobalCMVN  # noqa: E402
 

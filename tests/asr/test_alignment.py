@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr_server.asr.alignment import align_tokens, group_words
-from asr_server.asr.details import hypothesis_details, wants_details
+from asr_server.asr.decoding.alignment import align_tokens, group_words
+from asr_server.asr.decoding.details import hypothesis_details, wants_details
 from asr_server.asr.units import SymbolTable, Tokenizer
 
 BPE = SymbolTable(["<blank>", "<unk>", "▁can", "▁you", "▁c", "h", "airs", "<sos/eos>"])

@@ -6,8 +6,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs torch")
 pytest.importorskip("yaml", reason="train.yaml needs PyYAML")
 
-from asr_server.asr.checkpoint import load_model_dir, save_model_dir  # noqa: E402
-from asr_server.asr.cmvn import CmvnStats  # noqa: E402
+from asr_server.asr.nn.checkpoint import load_model_dir, save_model_dir  # noqa: E402
+from asr_server.asr.features.cmvn import CmvnStats  # noqa: E402
 from asr_server.asr.units import SymbolTable  # noqa: E402
 
 from .conftest import VOCAB, tiny_model  # noqa: E402

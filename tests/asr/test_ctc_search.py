@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from asr_server.asr import _ctc_kernels
-from asr_server.asr.ctc_search import (
+from asr_server.asr.decoding import _ctc_kernels
+from asr_server.asr.decoding.ctc_search import (
     CtcGreedySearch,
     CtcPrefixBeamSearch,
     CtcSearch,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr_server.asr.endpoint import RULE1, RULE2, RULE3, EndpointDetector, EndpointRules
-from asr_server.asr.pipeline import DecodingSettings, EncoderResult, StreamChunk, StreamingScorer
-from asr_server.asr.streaming import WindowConfig
+from asr_server.asr.decoding.endpoint import RULE1, RULE2, RULE3, EndpointDetector, EndpointRules
+from asr_server.asr.serving.pipeline import DecodingSettings, EncoderResult, StreamChunk, StreamingScorer
+from asr_server.asr.serving.streaming import WindowConfig
 from asr_server.asr.units import SymbolTable, Tokenizer
 
 WINDOW = WindowConfig(chunk_size=4, subsampling=4, right_context=6)  # window 19 fbank frames, stride 16

@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch", reason="export needs torch")
 onnx = pytest.importorskip("onnx", reason="export needs onnx")
 pytest.importorskip("onnxruntime", reason="the parity checks need onnxruntime")
 
-from asr_server.asr import export as ex  # noqa: E402
-from asr_server.asr.checkpoint import save_model_dir  # noqa: E402
+from asr_server.asr.export import graphs as ex  # noqa: E402
+from asr_server.asr.nn.checkpoint import save_model_dir  # noqa: E402
 from asr_server.asr.units import SymbolTable  # noqa: E402
 
 from .conftest import CHUNK, LEFT_CHUNKS, VOCAB, tiny_model  # noqa: E402
@@ -197,7 +197,7 @@ def test_script_and_model_repository(tmp_path):
                                   "r_hyps_pad_sos_eos", "ctc_score"]))
 
     # The decoding the scorers are built with: prefix beam + rescoring by default, or as chosen.
-    from asr_server.asr.serving_config import decoding_settings
+    from asr_server.asr.serving.serving_config import decoding_settings
 
     def settings(cfg):
         return decoding_settings({k: v.string_value for k, v in cfg.parameters.items()}, _symbols())

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from asr_server.asr.cmvn import CmvnStats, load_cmvn, save_json_cmvn
-from asr_server.asr.features import (FbankConfig, StreamingFbank, batch_fbank, batch_fbank_computer,
+from asr_server.asr.features.cmvn import CmvnStats, load_cmvn, save_json_cmvn
+from asr_server.asr.features.fbank import (FbankConfig, StreamingFbank, batch_fbank, batch_fbank_computer,
                                      checked_waveform, fbank)
 
 
@@ -162,7 +162,7 @@ def _stream_frames(features, chunks, per_call):
 
 
 def test_streaming_features_batch_many_streams_and_equal_each_whole_utterance():
-    from asr_server.asr.pipeline import StreamingFeatures
+    from asr_server.asr.serving.pipeline import StreamingFeatures
 
     waves = [_wave(1.3, 7), _wave(0.6, 8), _wave(2.1, 9)]
     calls = []
@@ -183,7 +183,7 @@ def test_streaming_features_batch_many_streams_and_equal_each_whole_utterance():
 def test_streaming_features_with_kaldifeat_match_kaldi_native_fbank(device):
     pytest.importorskip("kaldifeat", exc_type=ImportError,
                         reason="kaldifeat is optional (GPU feature extraction); it builds from source")
-    from asr_server.asr.pipeline import StreamingFeatures
+    from asr_server.asr.serving.pipeline import StreamingFeatures
 
     config = FbankConfig()
     waves = [_wave(1.1, 10), _wave(0.5, 11)]
@@ -223,8 +223,8 @@ def test_numpy_fbank_matches_kaldi_native_fbank(case):
 
 
 def test_numpy_fbank_batched_equals_one_by_one_and_streams_like_whole_utterances():
-    from asr_server.asr.features import NumpyFbank
-    from asr_server.asr.pipeline import StreamingFeatures
+    from asr_server.asr.features.fbank import NumpyFbank
+    from asr_server.asr.serving.pipeline import StreamingFeatures
 
     config = FbankConfig()
     computer = NumpyFbank(config)

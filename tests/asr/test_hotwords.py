@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr_server.asr import _ctc_kernels
-from asr_server.asr.ctc_search import CtcPrefixBeamSearch, SearchOptions, reference_prefix_beam_search
-from asr_server.asr.hotwords import EMPTY, Hotwords, build_graph, parse_phrases
-from asr_server.asr.pipeline import DecodingSettings, OfflineScorer
+from asr_server.asr.decoding import _ctc_kernels
+from asr_server.asr.decoding.ctc_search import CtcPrefixBeamSearch, SearchOptions, reference_prefix_beam_search
+from asr_server.asr.decoding.hotwords import EMPTY, Hotwords, build_graph, parse_phrases
+from asr_server.asr.serving.pipeline import DecodingSettings, OfflineScorer
 from asr_server.asr.units import SymbolTable, Tokenizer
 
 # ids: 0 blank, 1 unk, 2 a, 3 b, 4 c, 5 d, 6 <sos/eos>
@@ -123,7 +123,7 @@ def test_offline_scorer_takes_hotwords_per_request():
 
 
 def _ctc_kernels_topk(log_probs):
-    from asr_server.asr.ctc_search import topk_log_probs
+    from asr_server.asr.decoding.ctc_search import topk_log_probs
 
     values, ids = topk_log_probs(log_probs, 4)
     return values[None], ids[None]

@@ -2,7 +2,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs torch")
 
-from asr_server.asr.model import IGNORE_ID, add_sos_eos, reverse_padded  # noqa: E402
+from asr_server.asr.nn.model import IGNORE_ID, add_sos_eos, reverse_padded  # noqa: E402
 from asr_server.asr.nn.masks import subsequent_chunk_mask  # noqa: E402
 
 from .conftest import CHUNK, LEFT_CHUNKS, VOCAB, tiny_model  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr_server.asr.rescoring import (
+from asr_server.asr.decoding.rescoring import (
     PAD_CTC_SCORE,
     DecoderInputs,
     Rescored,

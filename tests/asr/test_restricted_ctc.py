@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from asr_server.asr.restricted_ctc import earliest_emission_frames, restricted_ctc_loss, speech_span
+from asr_server.asr.training.restricted_ctc import earliest_emission_frames, restricted_ctc_loss, speech_span
 
 
 def _batch(seed=0, b=3, t=12, v=6, lens=(12, 9, 7), ys=((1, 2, 2), (3, 1, 0), (4, 0, 0)), ylens=(3, 2, 1)):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr_server.asr.pipeline import DecodingSettings, EncoderResult, StreamChunk, StreamingScorer
-from asr_server.asr.streaming import FrameWindower, WindowConfig
+from asr_server.asr.serving.pipeline import DecodingSettings, EncoderResult, StreamChunk, StreamingScorer
+from asr_server.asr.serving.streaming import FrameWindower, WindowConfig
 from asr_server.asr.units import SymbolTable, Tokenizer
 
 WINDOW = WindowConfig(chunk_size=4, subsampling=4, right_context=6)  # window 19 frames, stride 16
@@ -136,7 +136,7 @@ class FailingEncoder(FakeEncoder):
 
 
 def test_a_failed_chunk_fails_its_stream_until_end_and_never_restarts_it_silently():
-    from asr_server.asr.pipeline import StreamFailed
+    from asr_server.asr.serving.pipeline import StreamFailed
 
     scorer, encoder = make_scorer(), FailingEncoder(key=1, fail_at=1)
     frames = np.ones((16, DIM), np.float32)  # one window (stride 16) per chunk
@@ -157,7 +157,7 @@ def test_a_failed_chunk_fails_its_stream_until_end_and_never_restarts_it_silentl
 
 
 def test_a_chunk_without_start_for_an_unknown_stream_is_an_error():
-    from asr_server.asr.pipeline import StreamFailed
+    from asr_server.asr.serving.pipeline import StreamFailed
 
     scorer, encoder = make_scorer(), FakeEncoder()
     result = scorer.step([StreamChunk(5, np.ones((20, DIM), np.float32), False, False)], encoder)[0]

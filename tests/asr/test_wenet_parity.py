@@ -16,9 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the recogniser tests need torch")
 
-from asr_server.asr.checkpoint import load_model_dir  # noqa: E402
-from asr_server.asr.ctc_search import CtcPrefixBeamSearch, SearchOptions  # noqa: E402
-from asr_server.asr.rescoring import RescoringOptions, build_decoder_inputs, combine_scores  # noqa: E402
+from asr_server.asr.nn.checkpoint import load_model_dir  # noqa: E402
+from asr_server.asr.decoding.ctc_search import CtcPrefixBeamSearch, SearchOptions  # noqa: E402
+from asr_server.asr.decoding.rescoring import RescoringOptions, build_decoder_inputs, combine_scores  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "wenet"
 CONFIGS = sorted(p.name for p in FIXTURES.iterdir() if (p / "final.pt").is_file())
@@ -107,7 +107,7 @@ def check_decoding(model, nbests, encoder_out, encoder_lens, expected: dict, pre
 def test_cmvn_file_gives_the_statistics_wenet_put_in_the_checkpoint(case):
     """JSON or Kaldi global_cmvn, read by our cmvn module, equals WeNet's GlobalCMVN buffers (WeNet computed
     them from the same file)."""
-    from asr_server.asr.cmvn import load_cmvn
+    from asr_server.asr.features.cmvn import load_cmvn
 
     name, loaded, _ = case
     mean, istd = load_cmvn(loaded.directory / "global_cmvn").mean_istd()
@@ -189,7 +189,7 @@ def exported(case, tmp_path_factory):
     models that can stream exactly. The exporters' own ORT-vs-torch checks on random inputs are skipped
     (tests/asr/test_export.py runs them): here the graphs are compared with WeNet's outputs."""
     pytest.importorskip("onnxruntime")
-    from asr_server.asr.export import ExportOptions, export_decoder, export_encoder, export_streaming_encoder
+    from asr_server.asr.export.graphs import ExportOptions, export_decoder, export_encoder, export_streaming_encoder
 
     name, loaded, expected = case
     model, out = loaded.model, tmp_path_factory.mktemp(name)
@@ -203,7 +203,7 @@ def exported(case, tmp_path_factory):
 
 
 def _ort(path: Path):
-    from asr_server.asr.export import _session
+    from asr_server.asr.export.graphs import _session
 
     return _session(path)
 
@@ -336,7 +336,7 @@ def test_a_loaded_wenet_model_saves_and_reloads_unchanged(tmp_path, inputs):
     encoder_conf has none of the conformer's own keys), and the reloaded model computes the same."""
     import yaml
 
-    from asr_server.asr.checkpoint import save_model_dir
+    from asr_server.asr.nn.checkpoint import save_model_dir
 
     feats, lens = inputs
     for name in ("u2_transformer", "u2_conformer_conv2d8_abspos"):

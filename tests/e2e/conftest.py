@@ -29,7 +29,7 @@ def _units(vocab: int) -> list[str]:
 
 @pytest.fixture(scope="session")
 def asr_repo(tmp_path_factory) -> Path:
-    from asr_server.asr.checkpoint import save_model_dir
+    from asr_server.asr.nn.checkpoint import save_model_dir
     from asr_server.asr.units import SymbolTable
     from tests.asr.conftest import VOCAB, tiny_model
 

@@ -282,7 +282,7 @@ async def test_a_stream_longer_than_the_positional_table_decodes_through_the_ser
     END without errors, and its partials before the clamp point equal those of the full-table encoder."""
     import shutil
 
-    from asr_server.asr import export as ex
+    from asr_server.asr.export import graphs as ex
     from tests.asr.conftest import tiny_model
     from tests.e2e.conftest import CHUNK, LEFT_CHUNKS
 

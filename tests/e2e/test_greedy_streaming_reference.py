@@ -54,9 +54,9 @@ def greedy_repo(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference_transcripts():
     """{utt: greedy transcript} of the whole utterance through the checkpoint under the streaming chunk mask."""
-    from asr_server.asr.checkpoint import load_model_dir
-    from asr_server.asr.ctc_search import ctc_greedy
-    from asr_server.asr.features import fbank
+    from asr_server.asr.nn.checkpoint import load_model_dir
+    from asr_server.asr.decoding.ctc_search import ctc_greedy
+    from asr_server.asr.features.fbank import fbank
     from asr_server.asr.units import SymbolTable, Tokenizer
 
     wenet = BUNDLED_REPO / "wenet"

@@ -1,4 +1,4 @@
-"""asr_server.asr.torch_fbank.TorchFbank equals kaldi-native-fbank (features.fbank) on CPU, and on CUDA where
+"""asr_server.asr.features.torch_fbank.TorchFbank equals kaldi-native-fbank (features.fbank) on CPU, and on CUDA where
 a GPU is present."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr_server.asr.features import fbank
+from asr_server.asr.features.fbank import fbank
 
 torch = pytest.importorskip("torch", reason="TorchFbank needs torch (the 'torch' extra)")
 
-from asr_server.asr.torch_fbank import TorchFbank  # noqa: E402
+from asr_server.asr.features.torch_fbank import TorchFbank  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-4  # kaldi-native-fbank computes in float32 frame by frame; this in float64 (values up to ~25)
 

@@ -21,7 +21,7 @@ ATOL = 1e-4  # the ONNX exporter's own torch-vs-ORT tolerance (scripts/export_on
 
 @pytest.fixture(scope="module")
 def model():
-    from asr_server.asr.checkpoint import load_model_dir
+    from asr_server.asr.nn.checkpoint import load_model_dir
 
     return load_model_dir(MODEL_DIR).model.eval()
 
@@ -95,7 +95,7 @@ CUDA_ATOL = 1e-3  # cuDNN/cuBLAS kernels (TF32 off) against ORT's CPU kernels
 @cuda
 @pytest.mark.parametrize("name", ["encoder", "streaming_encoder", "decoder"])
 def test_torchscript_on_cuda_matches_onnx_on_cpu(name):
-    from asr_server.asr.checkpoint import load_model_dir
+    from asr_server.asr.nn.checkpoint import load_model_dir
     from asr_server.gpu_torchscript import trace
 
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
@@ -119,7 +119,7 @@ def test_torchscript_on_cuda_matches_onnx_on_cpu(name):
 @pytest.mark.gpu
 @cuda
 async def test_torchscript_repository_on_kind_gpu_serves_the_onnx_transcripts(tmp_path, running):
-    from asr_server.asr.checkpoint import load_model_dir
+    from asr_server.asr.nn.checkpoint import load_model_dir
     from asr_server.gpu_torchscript import torchscript_repository
     from tests.gpu.test_trt_repository import pipeline_repo
     from tests.scripts.test_build_model_repo import reference, transcripts

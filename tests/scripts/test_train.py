@@ -69,7 +69,7 @@ def test_resumed_run_equals_uninterrupted_run(corpus: Path, tmp_path: Path) -> N
 
 
 def test_training_lowers_the_loss_and_writes_a_wenet_model_dir(corpus: Path, tmp_path: Path) -> None:
-    from asr_server.asr.checkpoint import load_model_dir
+    from asr_server.asr.nn.checkpoint import load_model_dir
 
     run = train(corpus, tmp_path / "exp", "--max-steps", "60", "--curriculum-steps", "60", "--lr", "5e-3", "--dropout", "0")
     assert run.returncode == 0, run.stderr
@@ -82,7 +82,7 @@ def test_training_lowers_the_loss_and_writes_a_wenet_model_dir(corpus: Path, tmp
 
 
 def test_average_checkpoints_writes_the_mean_of_the_weights(corpus: Path, tmp_path: Path) -> None:
-    from asr_server.asr.checkpoint import load_model_dir
+    from asr_server.asr.nn.checkpoint import load_model_dir
 
     exp = tmp_path / "exp"
     snapshots = []

@@ -8,8 +8,8 @@ the instance's GPU when the instance group is KIND_GPU; kaldifeat must be instal
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from asr_server.asr import serving_config
-from asr_server.asr.features import checked_waveform
+from asr_server.asr.serving import serving_config
+from asr_server.asr.features.fbank import checked_waveform
 
 
 class TritonPythonModel:

@@ -10,10 +10,10 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from asr_server.asr import serving_config
-from asr_server.asr.details import DETAILS, encode, wants_details
-from asr_server.asr.pipeline import OfflineScorer
-from asr_server.triton_helpers import run_decoder
+from asr_server.asr.serving import serving_config
+from asr_server.asr.decoding.details import DETAILS, encode, wants_details
+from asr_server.asr.serving.pipeline import OfflineScorer
+from asr_server.asr.serving.triton_helpers import run_decoder
 
 class TritonPythonModel:
     def initialize(self, args):

@@ -9,10 +9,10 @@ for KIND_GPU).
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from asr_server.asr import serving_config
-from asr_server.asr.features import checked_waveform
-from asr_server.asr.pipeline import StreamingFeatures
-from asr_server.triton_helpers import control
+from asr_server.asr.serving import serving_config
+from asr_server.asr.features.fbank import checked_waveform
+from asr_server.asr.serving.pipeline import StreamingFeatures
+from asr_server.asr.serving.triton_helpers import control
 
 
 class TritonPythonModel:

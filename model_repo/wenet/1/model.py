@@ -12,10 +12,10 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from asr_server.asr import serving_config
-from asr_server.asr.details import DETAILS, encode
-from asr_server.asr.pipeline import EncoderResult, StreamChunk, StreamFailed, StreamingScorer
-from asr_server.triton_helpers import control, run_decoder
+from asr_server.asr.serving import serving_config
+from asr_server.asr.decoding.details import DETAILS, encode
+from asr_server.asr.serving.pipeline import EncoderResult, StreamChunk, StreamFailed, StreamingScorer
+from asr_server.asr.serving.triton_helpers import control, run_decoder
 
 ENCODER = "streaming_encoder"
 ENCODER_OUTPUTS = ["log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens"]
@@ -67,7 +67,7 @@ class TritonPythonModel:
                 continue
             speech = pb_utils.get_input_tensor_by_name(request, "speech").as_numpy()
             n = int(pb_utils.get_input_tensor_by_name(request, "speech_lengths").as_numpy().reshape(-1)[0])
-            # parameters: `details` and the endpoint rules (see asr_server.asr.pipeline.StreamChunk)
+            # parameters: `details` and the endpoint rules (see asr_server.asr.serving.pipeline.StreamChunk)
             chunks.append(StreamChunk(key, speech[0, :n], bool(control(request, "START")),
                                       bool(control(request, "END")), json.loads(request.parameters() or "{}"),
                                       DETAILS in request.requested_output_names()))

@@ -13,14 +13,14 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .ctc_search import SearchOptions, make_search
-from .details import hypothesis_details, wants_details
-from .endpoint import RULE1, EndpointDetector, EndpointRules
-from .hotwords import Hotwords
-from .features import FbankConfig, StreamingFbank, batch_fbank_computer
-from .rescoring import DecoderInputs, build_decoder_inputs, hyps_from_best_index
+from ..decoding.ctc_search import SearchOptions, make_search
+from ..decoding.details import hypothesis_details, wants_details
+from ..decoding.endpoint import RULE1, EndpointDetector, EndpointRules
+from ..decoding.hotwords import Hotwords
+from ..features.fbank import FbankConfig, StreamingFbank, batch_fbank_computer
+from ..decoding.rescoring import DecoderInputs, build_decoder_inputs, hyps_from_best_index
 from .streaming import EndedSegment, StreamState, WindowConfig
-from .units import Tokenizer
+from ..units import Tokenizer
 
 SequenceKey = object  # a correlation id (int or str)
 

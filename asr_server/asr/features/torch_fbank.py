@@ -1,12 +1,12 @@
 """Kaldi fbank in torch, batched, on any torch device (the GPU feature path when kaldifeat is not installed).
 
 Written by hand because kaldifeat builds from source and torchaudio (whose compliance.kaldi.fbank would do)
-is not a dependency of this project. It is the algorithm of `features.NumpyFbank` (DC removal per frame,
+is not a dependency of this project. It is the algorithm of `fbank.NumpyFbank` (DC removal per frame,
 pre-emphasis 0.97, Povey window, power spectrum of the next power of two, Kaldi's mel banks, natural log with
 float epsilon floor) and reuses NumpyFbank's mel banks, so the two cannot drift apart. Checked against
 kaldi-native-fbank on CPU (tests/gpu/test_torch_fbank.py); the CUDA run is in scripts/gpu_check.sh.
 
-__call__: waveforms as `features.fbank` takes them -> one (num_frames, num_mel_bins) float32 numpy array each.
+__call__: waveforms as `fbank.fbank` takes them -> one (num_frames, num_mel_bins) float32 numpy array each.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from asr_server.asr.features import _FLT_EPSILON, FbankConfig, NumpyFbank
+from asr_server.asr.features.fbank import _FLT_EPSILON, FbankConfig, NumpyFbank
 
 
 class TorchFbank:

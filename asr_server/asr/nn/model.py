@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .nn.decoder import BiTransformerDecoder, DecoderConfig, TransformerDecoder
-from .nn.encoder import ConformerEncoder, EncoderConfig, GlobalCMVN
-from .nn.masks import make_pad_mask
-from .restricted_ctc import restricted_ctc_loss
+from .decoder import BiTransformerDecoder, DecoderConfig, TransformerDecoder
+from .encoder import ConformerEncoder, EncoderConfig, GlobalCMVN
+from .masks import make_pad_mask
+from ..training.restricted_ctc import restricted_ctc_loss
 
 IGNORE_ID = -1  # padding label in targets (WeNet's IGNORE_ID)
 

@@ -10,12 +10,12 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .endpoint import EndpointRules
-from .hotwords import Hotwords
-from .features import FbankConfig, batch_fbank_computer
+from ..decoding.endpoint import EndpointRules
+from ..decoding.hotwords import Hotwords
+from ..features.fbank import FbankConfig, batch_fbank_computer
 from .pipeline import DecodingSettings
 from .streaming import WindowConfig
-from .units import SymbolTable, Tokenizer
+from ..units import SymbolTable, Tokenizer
 
 
 def parameters(args: Mapping[str, str]) -> dict[str, str]:

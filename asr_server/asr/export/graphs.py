@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .model import U2Model
-from .rescoring import RescoringOptions, build_decoder_inputs, combine_scores, decoder_scores_from_log_probs
+from ..nn.model import U2Model
+from ..decoding.rescoring import RescoringOptions, build_decoder_inputs, combine_scores, decoder_scores_from_log_probs
 
 OPSET = 17          # LayerNormalization is a single op from 17 on; Trilu (decoder mask) needs >= 14
 SHERPA_OPSET = 13   # what the sherpa-onnx 2.0.1 peer was measured with (perf_anchors.md)
@@ -563,8 +563,8 @@ def _check_decoder(model: U2Model, path: Path, score_graph: bytes, opts: ExportO
 
 def _position_log_probs(model: U2Model, enc, enc_lens, inputs):
     """(B, beam, L+1, V) log-softmax of each decoder direction at every position after sos."""
-    from .nn.decoder import BiTransformerDecoder
-    from .nn.masks import make_pad_mask
+    from ..nn.decoder import BiTransformerDecoder
+    from ..nn.masks import make_pad_mask
 
     b, n, l2 = inputs.hyps_pad_sos_eos.shape
     memory = enc.unsqueeze(1).expand(b, n, *enc.shape[1:]).reshape(b * n, enc.size(1), -1)

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import torch
 
-from .cmvn import CmvnStats, load_cmvn, save_json_cmvn
-from .features import FbankConfig
+from ..features.cmvn import CmvnStats, load_cmvn, save_json_cmvn
+from ..features.fbank import FbankConfig
 from .model import ModelConfig, U2Model
-from .nn.decoder import DecoderConfig
-from .nn.embedding import PositionalEncoding
-from .nn.encoder import ENCODER_TYPES, WENET_ENCODER_DEFAULTS, EncoderConfig, GlobalCMVN
-from .units import SymbolTable, Tokenizer
+from .decoder import DecoderConfig
+from .embedding import PositionalEncoding
+from .encoder import ENCODER_TYPES, WENET_ENCODER_DEFAULTS, EncoderConfig, GlobalCMVN
+from ..units import SymbolTable, Tokenizer
 
 
 @dataclass

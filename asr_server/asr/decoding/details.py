@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from .alignment import align_tokens, group_words
-from .units import Tokenizer
+from ..units import Tokenizer
 
 DETAILS = "DETAILS"  # the optional output's name on every ASR model
 DETAILS_PARAMETER = "details"  # request parameter: true -> words, tokens and n-best in DETAILS

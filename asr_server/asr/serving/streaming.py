@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .ctc_search import CtcSearch, SearchOptions, make_search
+from ..decoding.ctc_search import CtcSearch, SearchOptions, make_search
 
 
 @dataclasses.dataclass(frozen=True)

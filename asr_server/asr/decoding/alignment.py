@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from ._ctc_kernels import _jit
-from .units import WORD_START, SymbolTable, tokens_to_text
+from ..units import WORD_START, SymbolTable, tokens_to_text
 
 OUTSIDE_TOP_K = -1.0e4  # log-prob of a token that is not among a frame's top-k (finite: a path always exists)
 

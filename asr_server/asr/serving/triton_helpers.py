@@ -19,7 +19,7 @@ def control(request, name: str):
 def run_decoder(inputs, encoder_out: np.ndarray, lengths: np.ndarray, model_name: str = "decoder") -> np.ndarray:
     """Attention rescoring through BLS: WeNet's decoder.onnx -> best_index (B,).
 
-    inputs: asr_server.asr.rescoring.DecoderInputs; encoder_out (B, T, d); lengths (B,).
+    inputs: asr_server.asr.decoding.rescoring.DecoderInputs; encoder_out (B, T, d); lengths (B,).
     """
     import triton_python_backend_utils as pb_utils
 

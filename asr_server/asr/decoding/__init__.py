@@ -1,0 +1,1 @@
+"""From network outputs to text: CTC searches, hotwords, attention rescoring, endpointing, alignment and DETAILS."""

@@ -1,0 +1,1 @@
+"""ONNX export of a U2Model with parity checks, and where exported graphs live."""

@@ -1,0 +1,1 @@
+"""Training-only pieces (losses) that the recogniser never needs at inference."""
