@@ -31,6 +31,7 @@ import onnx
 from asr_server.asr.nn.embedding import subsampling_geometry
 from asr_server.asr.export.onnx_layout import find_graphs
 from asr_server.asr.units import SymbolTable
+from asr_server.asr.windows import WindowConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 # The python models' sources: model_repo/<name>/1/model.py of this project, copied into every built repository.
@@ -250,7 +251,7 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """)
     wenet_params = {**shared, "num_mel_bins": mel, "encoder_output_size": d_model, "chunk_size": chunk_size,
                     "right_context": right_context, "subsampling_rate": subsampling,
-                    "decoding_window": window, "idle_seconds": SEQUENCE_IDLE_US / 1e6}
+                    "idle_seconds": SEQUENCE_IDLE_US / 1e6}
     if endpoint:  # endpointing on for every stream (requests may still turn it off with endpoint=false)
         wenet_params["endpoint"] = 1
     write(repo, "wenet", f"""
@@ -284,7 +285,7 @@ ensemble_scheduling {{
   ]
 }}
 """)
-    if chunk_size * subsampling + right_context + 1 - subsampling != window:
+    if WindowConfig(chunk_size, subsampling, right_context).window != window:
         raise SystemExit(f"streaming encoder window {window} does not match chunk_size {chunk_size}, "
                          f"subsampling {subsampling}, right_context {right_context}")
 

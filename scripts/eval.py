@@ -143,8 +143,8 @@ def decode_streaming(dec: Decoder, feats: list[np.ndarray], chunk: int, left_chu
     out = {"stream_greedy": [], "stream_beam": [], "stream_rescore": []}
     paths = []
     m = dec.lm.model
-    window = m.encoder.decoding_window(chunk)
-    stride = chunk * m.encoder.subsampling_rate
+    geometry = m.encoder.window_config(chunk)
+    window, stride = geometry.window, geometry.stride
     for s in range(0, len(feats), batch):
         group = feats[s:s + batch]
         b = len(group)
@@ -162,7 +162,7 @@ def decode_streaming(dec: Decoder, feats: list[np.ndarray], chunk: int, left_chu
                 seg = f[k * stride:k * stride + window]
                 # a stream that has ended keeps a full dummy window so no attention row is all-masked;
                 # its outputs are ignored below
-                if seg.shape[0] >= m.encoder.right_context + 1:
+                if seg.shape[0] >= geometry.min_last_frames:
                     xs[i, :seg.shape[0]] = torch.from_numpy(seg)
                     lens[i] = seg.shape[0]
                     active.append(i)

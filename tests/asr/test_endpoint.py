@@ -8,7 +8,7 @@ import pytest
 
 from asr_server.asr.decoding.endpoint import RULE1, RULE2, RULE3, EndpointDetector, EndpointRules
 from asr_server.asr.serving.pipeline import DecodingSettings, EncoderResult, StreamChunk, StreamingScorer
-from asr_server.asr.serving.streaming import WindowConfig
+from asr_server.asr.windows import WindowConfig
 from asr_server.asr.units import SymbolTable, Tokenizer
 
 WINDOW = WindowConfig(chunk_size=4, subsampling=4, right_context=6)  # window 19 fbank frames, stride 16

@@ -85,7 +85,7 @@ def test_encoder_io(exported):
 def test_streaming_encoder_io_only_batch_dynamic(exported):
     model, out, _, _ = exported
     e = model.encoder_cfg
-    c, w, dk2, k = CHUNK * LEFT_CHUNKS, model.encoder.decoding_window(CHUNK), 2 * e.output_size // e.attention_heads, \
+    c, w, dk2, k = CHUNK * LEFT_CHUNKS, model.encoder.window_config(CHUNK).window, 2 * e.output_size // e.attention_heads, \
         e.cnn_module_kernel - 1
     want = {"chunk_xs": (F, [w, 80]), "chunk_lens": (I32, []), "offset": (I64, [1]),
             "att_cache": (F, [e.num_blocks, e.attention_heads, c, dk2]), "cnn_cache": (F, [e.num_blocks, e.output_size, k]),
@@ -118,7 +118,7 @@ def test_sherpa_contract(exported):
     c = CHUNK * LEFT_CHUNKS
     io_ = _io(out / "sherpa" / "model.onnx")
     assert list(io_) == [*ex.SHERPA_INPUTS, *ex.SHERPA_OUTPUTS]
-    assert io_["x"] == (F, [1, model.encoder.decoding_window(CHUNK), 80])
+    assert io_["x"] == (F, [1, model.encoder.window_config(CHUNK).window, 80])
     assert io_["offset"] == io_["required_cache_size"] == (I64, [1])
     assert io_["attn_cache"] == io_["next_att_cache"] == (F, [e.num_blocks, e.attention_heads, c, 16])
     assert io_["conv_cache"] == io_["next_conv_cache"] == (F, [e.num_blocks, 1, e.output_size, 4])
@@ -224,7 +224,8 @@ def test_exported_streaming_encoder_runs_past_its_positional_table(tmp_path):
     path = tmp_path / "streaming_encoder.onnx"
     assert ex.export_streaming_encoder(model, path, OPTS).ok
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    window, stride = model.encoder.decoding_window(CHUNK), CHUNK * model.encoder.subsampling_rate
+    geometry = model.encoder.window_config(CHUNK)
+    window, stride = geometry.window, geometry.stride
     state = {k: v.numpy() for k, v in model.init_stream_state(1, CHUNK * LEFT_CHUNKS).items()}
     torch_state = model.init_stream_state(1, CHUNK * LEFT_CHUNKS)
     feats = torch.randn(1, 30 * stride + window, 80, generator=torch.Generator().manual_seed(1))

@@ -12,8 +12,8 @@ CACHE = CHUNK * LEFT_CHUNKS
 
 def stream(model, feats: torch.Tensor, chunk: int = CHUNK, cache: int = CACHE):
     """Chunk-by-chunk encoder output and CTC log-probs for one utterance (1, T, 80)."""
-    window = model.encoder.decoding_window(chunk)
-    stride = chunk * model.encoder.subsampling_rate
+    geometry = model.encoder.window_config(chunk)
+    window, stride = geometry.window, geometry.stride
     state = model.init_stream_state(1, cache)
     outs, lps = [], []
     start = 0
@@ -51,7 +51,7 @@ def test_streaming_equals_full_context_with_chunk_mask(frames):
     # the unbounded-context encoder is different: the test is not trivially true
     with torch.no_grad():
         unlimited, _ = model.encode(x, torch.tensor([frames]), -1)
-    if frames > model.encoder.decoding_window(CHUNK):
+    if frames > model.encoder.window_config(CHUNK).window:
         assert not torch.allclose(unlimited, full, atol=1e-3)
 
 
@@ -59,7 +59,7 @@ def test_batched_forward_chunk_with_different_offsets_equals_one_at_a_time():
     """Streams that started at different times share one batch through cache_mask and per-stream offsets."""
     model = tiny_model(seed=3)
     torch.manual_seed(3)
-    window = model.encoder.decoding_window(CHUNK)
+    window = model.encoder.window_config(CHUNK).window
     stride = CHUNK * 4
     starts = [0, 1, 3, 5]          # stream i has already done starts[i] chunks when the batch is formed
     steps = 3
@@ -103,7 +103,7 @@ def test_forward_chunk_shapes(model):
     assert st["att_cache"].shape == (b, 2, 4, CACHE, 16)
     assert st["cnn_cache"].shape == (b, 2, 32, 4)
     assert st["cache_mask"].shape == (b, 1, CACHE)
-    xs = torch.randn(b, model.encoder.decoding_window(CHUNK), 80)
+    xs = torch.randn(b, model.encoder.window_config(CHUNK).window, 80)
     with torch.no_grad():
         lp, out, out_lens, off, att, cnn, mask = model.forward_chunk(xs, torch.tensor([19, 19, 11]), **st)
     assert lp.shape == (b, CHUNK, VOCAB) and out.shape == (b, CHUNK, 32)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from asr_server.asr.serving.pipeline import DecodingSettings, EncoderResult, StreamChunk, StreamingScorer
-from asr_server.asr.serving.streaming import FrameWindower, WindowConfig
+from asr_server.asr.serving.streaming import FrameWindower
+from asr_server.asr.windows import WindowConfig
 from asr_server.asr.units import SymbolTable, Tokenizer
 
 WINDOW = WindowConfig(chunk_size=4, subsampling=4, right_context=6)  # window 19 frames, stride 16

@@ -51,7 +51,8 @@ def stream_encode(model, feats: torch.Tensor) -> torch.Tensor:
     and given its valid length; except for a non-causal conv module, whose kernel would reach into the padded
     frames (there GLU(bias), not WeNet's zeros past a short window): it gets the short window itself."""
     enc = model.encoder
-    window, stride = enc.decoding_window(CHUNK), CHUNK * enc.subsampling_rate
+    geometry = enc.window_config(CHUNK)
+    window, stride = geometry.window, geometry.stride
     pad_windows = enc.cnn_cache_frames > 0 or not enc.cfg.use_cnn_module
     state = model.init_stream_state(1, CHUNK * LEFT_CHUNKS)
     outs = []
@@ -232,7 +233,8 @@ def test_our_onnx_graphs_reproduce_wenet(case, exported, inputs):
         return
     sess = _ort(exported / "streaming_encoder.onnx")
     enc = model.encoder
-    window, stride = enc.decoding_window(CHUNK), CHUNK * enc.subsampling_rate
+    geometry = enc.window_config(CHUNK)
+    window, stride = geometry.window, geometry.stride
     x = feats[0, :int(lens[0])].numpy()
     state = {k: v.numpy() for k, v in model.init_stream_state(1, CHUNK * LEFT_CHUNKS).items()}
     outs, top = [], []

@@ -372,7 +372,7 @@ def export_streaming_encoder(model: U2Model, path: Path, opts: ExportOptions = E
     _require_streamable(model)
     graph_model = _half_model(model) if fp16 else model
     dt = _float_dtype(fp16)
-    window = model.encoder.decoding_window(opts.chunk_size)
+    window = model.encoder.window_config(opts.chunk_size).window
     state = graph_model.init_stream_state(2, cache_frames(opts), dtype=dt)
     example = (torch.randn(2, window, model.model_cfg.input_dim).to(dt),
                torch.tensor([window, window], dtype=torch.int32), state["offset"], state["att_cache"],
@@ -399,8 +399,8 @@ def _check_streaming(model: U2Model, path: Path, opts: ExportOptions, fp16: bool
     sess = _session(path)
     ref = StreamingEncoderGraph(model, opts.beam).eval()
     np_float = np.float16 if fp16 else np.float32
-    window = model.encoder.decoding_window(opts.chunk_size)
-    stride = opts.chunk_size * model.encoder.subsampling_rate
+    geometry = model.encoder.window_config(opts.chunk_size)
+    window, stride = geometry.window, geometry.stride
     c = cache_frames(opts)
     starts, steps = [0, 2, opts.left_chunks + 1], opts.left_chunks + 4
     g = torch.Generator().manual_seed(opts.seed + 2)
@@ -616,7 +616,7 @@ def export_sherpa(model: U2Model, out_dir: Path, symbols, opts: ExportOptions = 
     path = out_dir / "model.onnx"
     e = model.encoder_cfg
     c = cache_frames(opts)
-    window = model.encoder.decoding_window(opts.chunk_size)
+    window = model.encoder.window_config(opts.chunk_size).window
     example = (torch.randn(1, window, model.model_cfg.input_dim), torch.tensor([c], dtype=torch.int64),
                torch.tensor([c], dtype=torch.int64),
                torch.zeros(e.num_blocks, e.attention_heads, c, 2 * e.output_size // e.attention_heads),
@@ -640,8 +640,8 @@ def _check_sherpa(model: U2Model, path: Path, opts: ExportOptions) -> ParityRepo
     left_chunks + 3 chunks and compare the log-probs with forward_chunk run from a zero state."""
     sess = _session(path)
     c = cache_frames(opts)
-    window = model.encoder.decoding_window(opts.chunk_size)
-    stride = opts.chunk_size * model.encoder.subsampling_rate
+    geometry = model.encoder.window_config(opts.chunk_size)
+    window, stride = geometry.window, geometry.stride
     steps = opts.left_chunks + 3
     g = torch.Generator().manual_seed(opts.seed + 5)
     feats = torch.randn(1, steps * stride + window, model.model_cfg.input_dim, generator=g)

@@ -10,6 +10,7 @@ from torch import nn
 from .attention import CachedSelfAttention, RelPositionMultiHeadedAttention
 from .embedding import SUBSAMPLING, PositionalEncoding
 from .masks import add_optional_chunk_mask, make_pad_mask
+from ..windows import WindowConfig
 
 LAYER_NORM_EPS = 1e-5  # WeNet's LayerNorm eps
 
@@ -278,9 +279,9 @@ class ConformerEncoder(nn.Module):
         """kernel-1 for a causal conv module, 0 otherwise."""
         return self.cfg.cnn_module_kernel - 1 if (self.cfg.use_cnn_module and self.cfg.causal) else 0
 
-    def decoding_window(self, chunk_size: int) -> int:
-        """Input (10 ms) frames per chunk of ``chunk_size`` encoder frames: (chunk-1)*4 + 7."""
-        return (chunk_size - 1) * self.subsampling_rate + self.right_context + 1
+    def window_config(self, chunk_size: int) -> WindowConfig:
+        """The decoding windows of chunks of ``chunk_size`` encoder frames under this subsampling front end."""
+        return WindowConfig(chunk_size, self.subsampling_rate, self.right_context)
 
     def forward(self, xs: torch.Tensor, xs_lens: torch.Tensor, decoding_chunk_size: int = 0,
                 num_decoding_left_chunks: int = -1) -> tuple[torch.Tensor, torch.Tensor]:

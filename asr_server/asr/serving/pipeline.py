@@ -19,7 +19,8 @@ from ..decoding.endpoint import RULE1, EndpointDetector, EndpointRules
 from ..decoding.hotwords import Hotwords
 from ..features.fbank import FbankConfig, StreamingFbank, batch_fbank_computer
 from ..decoding.rescoring import DecoderInputs, build_decoder_inputs, hyps_from_best_index
-from .streaming import EndedSegment, StreamState, WindowConfig
+from ..windows import WindowConfig
+from .streaming import EndedSegment, StreamState
 from ..units import Tokenizer
 
 SequenceKey = object  # a correlation id (int or str)

@@ -14,7 +14,7 @@ from ..decoding.endpoint import EndpointRules
 from ..decoding.hotwords import Hotwords
 from ..features.fbank import FbankConfig, batch_fbank_computer
 from .pipeline import DecodingSettings
-from .streaming import WindowConfig
+from ..windows import WindowConfig
 from ..units import SymbolTable, Tokenizer
 
 

@@ -1,10 +1,8 @@
 """Streaming pieces that sit between features and the encoder: decoding windows and per-stream state.
 
-The streaming encoder consumes fixed decoding windows of fbank frames. A window of
-``(chunk_size - 1) * subsampling + right_context + 1`` input frames yields ``chunk_size`` encoder frames,
-and consecutive windows start ``chunk_size * subsampling`` frames apart (they overlap by the subsampling
-convolution's context). Clients send audio of any length, so frames are buffered here and cut into
-windows as they become complete; the last, shorter window is padded and flagged by its valid length.
+The streaming encoder consumes fixed decoding windows of fbank frames (their geometry: ``asr.windows``).
+Clients send audio of any length, so frames are buffered here and cut into windows as they become complete;
+the last, shorter window is padded and flagged by its valid length.
 """
 
 from __future__ import annotations
@@ -15,28 +13,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..decoding.ctc_search import CtcSearch, SearchOptions, make_search
-
-
-@dataclasses.dataclass(frozen=True)
-class WindowConfig:
-    chunk_size: int = 16  # encoder frames per chunk (16 frames x 40 ms = 640 ms)
-    subsampling: int = 4  # input frames per encoder frame
-    right_context: int = 6  # extra input frames the subsampling convolutions read past a chunk
-
-    @property
-    def window(self) -> int:
-        """Input frames of one decoding window (67 for WeNet's 16-frame chunks)."""
-        return (self.chunk_size - 1) * self.subsampling + self.right_context + 1
-
-    @property
-    def stride(self) -> int:
-        """Input frames between the starts of consecutive windows (64 for 16-frame chunks)."""
-        return self.chunk_size * self.subsampling
-
-    @property
-    def min_last_frames(self) -> int:
-        """A last window shorter than this produces no encoder frame and is dropped."""
-        return self.right_context + 1
+from ..windows import WindowConfig
 
 
 class FrameWindower:
