@@ -18,8 +18,9 @@ def make_scheduler(
     choice = config.WhichOneof("scheduling_choice")
     if choice == "sequence_batching":
         from asr_server.scheduling.sequence_batcher import SequenceBatcher
+        from asr_server.scheduling.sequence_options import sequence_options
 
-        return SequenceBatcher(pool, config, model_dir)
+        return SequenceBatcher(pool, sequence_options(config, model_dir))
     if choice == "dynamic_batching" and config.max_batch_size > 0:
         return DynamicBatcher(pool, config, ragged=backend.ragged_batching)
     return DirectScheduler(pool)

@@ -2,6 +2,8 @@
 
 Both are tensors the server adds to a request on its way to the backend: the controls from the request's
 sequence flags, the states from what the same sequence's previous step returned (or the initial state).
+`add_sequence_inputs` adds them; `keep_states` takes the state outputs out of the response and keeps them
+as the sequence's next state inputs.
 """
 
 from __future__ import annotations
@@ -9,19 +11,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.dtypes import config_to_wire, numpy_dtype
-from asr_server.messages import InferRequest, SequenceId, Tensor
+from asr_server.messages import InferRequest, InferResponse, SequenceId, Tensor
 
 Control = mc.ModelSequenceBatching.Control
 
 
 @dataclasses.dataclass(frozen=True)
 class ControlInput:
+    """One control the config declares (a control_input may declare several kinds)."""
+
     name: str
     kind: int  # Control.Kind
     datatype: str  # wire name
@@ -53,7 +57,8 @@ def corrid_value(sequence_id: SequenceId, datatype: str):
     return sequence_id
 
 
-def control_tensors(controls: list[ControlInput], request: InferRequest, batched: bool) -> list[Tensor]:
+def control_tensors(controls: Sequence[ControlInput], request: InferRequest, batched: bool) -> list[Tensor]:
+    """The control tensors of one request: (1, 1) when the model batches, (1,) otherwise."""
     flags = {
         Control.CONTROL_SEQUENCE_START: request.sequence.start,
         Control.CONTROL_SEQUENCE_END: request.sequence.end,
@@ -75,11 +80,13 @@ def control_tensors(controls: list[ControlInput], request: InferRequest, batched
 
 @dataclasses.dataclass(frozen=True)
 class StateSpec:
+    """One implicit state: the model reads it as `input_name` and returns its next value as `output_name`."""
+
     input_name: str
     output_name: str
-    datatype: str
-    dims: tuple[int, ...]
-    initial: Optional[np.ndarray]  # None: zeros
+    datatype: str  # wire name
+    dims: tuple[int, ...]  # without the batch dimension; -1 in the config starts empty (0 here)
+    initial: Optional[np.ndarray]  # from initial_state's data_file; None: zeros
 
 
 def state_specs(config: mc.ModelConfig, model_dir: Path) -> list[StateSpec]:
@@ -101,3 +108,32 @@ def initial_state(spec: StateSpec) -> np.ndarray:
     if spec.initial is not None:
         return spec.initial.copy()
     return np.zeros(spec.dims, dtype=numpy_dtype(spec.datatype))
+
+
+def add_sequence_inputs(request: InferRequest, states: dict[str, np.ndarray], controls: Sequence[ControlInput],
+                        specs: Sequence[StateSpec], batched: bool) -> None:
+    """Append the controls and the sequence's state inputs to `request`. `states` (input name -> array
+    without the batch dimension) is the sequence's; a START request (re)starts it from the initial state."""
+    request.inputs = list(request.inputs) + control_tensors(controls, request, batched)
+    for spec in specs:
+        if request.sequence.start or spec.input_name not in states:
+            states[spec.input_name] = initial_state(spec)
+        value = states[spec.input_name]
+        request.inputs.append(Tensor(spec.input_name, spec.datatype, value[None] if batched else value))
+
+
+def keep_states(result: Any, states: dict[str, np.ndarray], specs: Sequence[StateSpec], batched: bool) -> Any:
+    """Move the state outputs of a response into `states` (the sequence's next inputs); the client never sees
+    them. Errors and empty results pass through untouched (the state then stays as it was)."""
+    if not isinstance(result, InferResponse):
+        return result
+    by_output = {spec.output_name: spec for spec in specs}
+    kept = []
+    for tensor in result.outputs:
+        spec = by_output.get(tensor.name)
+        if spec is None:
+            kept.append(tensor)
+        else:
+            states[spec.input_name] = tensor.data[0] if batched else tensor.data
+    result.outputs = kept
+    return result

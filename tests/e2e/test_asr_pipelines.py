@@ -142,8 +142,8 @@ async def test_abandoned_stream_is_cleaned_up(client):
     # The client went away without END: after the idle timeout every model has dropped the sequence.
     for name in ("wenet", "streaming_encoder", "streaming_feature_extractor"):
         scheduler = server.manager.get(name).scheduler
-        scheduler.idle_s = 0.05
-        scheduler._ready.set()
+        scheduler.options = dataclasses.replace(scheduler.options, idle_s=0.05)
+        scheduler.poke()
     for _ in range(100):
         await asyncio.sleep(0.02)
         if all(4242 not in server.manager.get(n).scheduler.sequences

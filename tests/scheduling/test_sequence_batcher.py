@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -138,7 +139,7 @@ async def test_live_sequence_cap(tmp_path: Path, running, client_of):
     accumulator(tmp_path)
     async with running(tmp_path, allow_http=False) as server:
         scheduler = server.manager.get("accumulator").scheduler
-        scheduler.max_sequences = 2
+        scheduler.options = dataclasses.replace(scheduler.options, max_sequences=2)
         client = client_of(server)
         results = await stream_all(client, [
             dict(model_name="accumulator", inputs=x_input(1), sequence_id=i, sequence_start=True) for i in (1, 2, 3)
@@ -383,7 +384,7 @@ async def test_a_batcher_loop_that_cannot_go_on_marks_the_model_not_ready(tmp_pa
         def broken():
             raise RuntimeError("bug in the batcher")
 
-        scheduler._heads = broken
+        scheduler.table.heads_by_instance = broken
         with pytest.raises(Exception) as first:
             await asyncio.wait_for(client.infer("accumulator", x_input(1.0), sequence_id=1, sequence_start=True), 5)
         assert "not ready" in str(first.value) and "bug in the batcher" in str(first.value)
