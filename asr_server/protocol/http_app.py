@@ -23,6 +23,7 @@ from asr_server.protocol import http_converters as hc
 from asr_server.protocol import parameters as rules
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.protocol.status import HTTP_STATUS
+from asr_server.proto_json import message_to_dict
 from asr_server.messages import InferRequest
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ class HttpService:
         return json_response(hc.metadata_to_json(self.core.model_metadata(*_model(request))))
 
     async def model_config(self, request: web.Request) -> web.Response:
-        return json_response(hc.message_to_json(self.core.model_config(*_model(request))))
+        return json_response(message_to_dict(self.core.model_config(*_model(request))))
 
     async def statistics(self, request: web.Request) -> web.Response:
         name, version = request.match_info.get("model", ""), request.match_info.get("version", "")

@@ -20,8 +20,6 @@ import math
 from typing import Any, Optional
 
 import numpy as np
-from google.protobuf import json_format
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from asr_server.core import ModelMetadata
 from asr_server.dtypes import ELEMENT_SIZE, numpy_dtype
@@ -30,10 +28,10 @@ from asr_server.protocol import converters
 from asr_server.protocol import parameters as rules
 from asr_server.shared_memory import Region, SharedMemoryRegistry
 from asr_server.model_stats import ModelStatistics
+from asr_server.proto_json import message_to_dict
 from asr_server.messages import InferRequest, InferResponse, RequestedOutput, Tensor
 
 JSON_ONLY_BINARY = ("FP16", "BF16")  # JSON has no half-precision numbers: these travel as binary only
-_INT64_TYPES = (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64)
 # Output parameters that steer the transport, not the model.
 _OUTPUT_TRANSPORT_KEYS = ("binary_data",)
 
@@ -61,42 +59,10 @@ def loads_object(body: bytes | memoryview, what: str = "request") -> dict:
     return value
 
 
-# ---- protobuf messages as Triton's HTTP JSON --------------------------------------------------------
-def message_to_json(message) -> dict:
-    """Every field (defaults included, proto field names), int64 values as numbers, as Triton's HTTP does."""
-    value = json_format.MessageToDict(
-        message, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
-    )
-    return _int64_as_numbers(message.DESCRIPTOR, value)
-
-
-def _int64_as_numbers(descriptor: Descriptor, value: dict) -> dict:
-    for field in descriptor.fields:
-        if field.name not in value:
-            continue
-        item = value[field.name]
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
-            for key, entry in item.items():
-                item[key] = _convert_scalar_or_message(value_field, entry)
-        elif field.label == FieldDescriptor.LABEL_REPEATED:
-            value[field.name] = [_convert_scalar_or_message(field, entry) for entry in item]
-        else:
-            value[field.name] = _convert_scalar_or_message(field, item)
-    return value
-
-
-def _convert_scalar_or_message(field: FieldDescriptor, item: Any) -> Any:
-    if field.message_type is not None:
-        return _int64_as_numbers(field.message_type, item) if isinstance(item, dict) else item
-    if field.cpp_type in _INT64_TYPES and isinstance(item, str):
-        return int(item)
-    return item
-
-
+# ---- protobuf messages as Triton's HTTP JSON (asr_server.proto_json: int64 as numbers) ----------------
 def statistics_to_json(rows: list[tuple[str, int, ModelStatistics]]) -> dict:
     """GET /v2/models[/{m}[/versions/{v}]]/stats, through the gRPC message so both endpoints agree."""
-    return {"model_stats": [message_to_json(converters.statistics_to_pb(n, v, s)) for n, v, s in rows]}
+    return {"model_stats": [message_to_dict(converters.statistics_to_pb(n, v, s)) for n, v, s in rows]}
 
 
 def metadata_to_json(meta: ModelMetadata) -> dict:

@@ -15,9 +15,10 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.backends import triton_python_backend_utils as pb_utils
 from asr_server.backends.base import InferAsync, InferSync, ModelContext, backend_class
-from asr_server.backends.python import PythonBackend, config_to_dict
+from asr_server.backends.python import PythonBackend
+from asr_server.backends.python import triton_python_backend_utils as pb_utils
+from asr_server.backends.python.model_config import config_to_dict
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.messages import (
     InferRequest,
@@ -615,6 +616,51 @@ def test_bls_routes_to_the_server_that_loaded_each_model(load_model) -> None:
     backends[0].execute([request("bls_caller", *inputs)])
     backends[1].execute([request("bls_caller", *inputs)])
     assert len(servers[0].requests) == 6 and len(servers[1].requests) == 3
+
+
+THREADED_BLS_MODEL = """
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def call_add_sub(out):  # runs on the model's own thread: no call into the model is under way there
+    inputs = [pb_utils.Tensor(n, np.ones(4, np.float32)) for n in ("INPUT0", "INPUT1")]
+    response = pb_utils.InferenceRequest(
+        model_name="add_sub", requested_output_names=["OUTPUT0"], inputs=inputs).exec()
+    out.append((pb_utils.get_model_dir(), response.has_error()))
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        thread = threading.Thread(target=call_add_sub, args=(out,))
+        thread.start()
+        thread.join(timeout=10)
+        (model_dir, failed), = out
+        text = np.array([f"{model_dir}|{failed}".encode()], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", text)]) for _ in requests]
+"""
+
+
+def test_bls_from_a_models_own_thread_reaches_the_server_that_loaded_that_instance(tmp_path: Path) -> None:
+    """Each instance imports its model file with an API copy bound to its own route (no stack walking,
+    no "last loaded model"): threads of the first instance loaded still reach the first server."""
+    servers = [FakeServer(), FakeServer()]
+    backends = []
+    for i, server in enumerate(servers):
+        model_dir, config = write_model(tmp_path / str(i), "threaded_bls", THREADED_BLS_MODEL)
+        backend = PythonBackend(make_context(model_dir, config=config, infer_sync=server.infer_sync))
+        backend.load()
+        backends.append(backend)
+    try:
+        answers = [b.execute([request("threaded_bls")])[0].output("OUT").data[0].decode() for b in backends]
+    finally:
+        for backend in backends:
+            backend.unload()
+    assert answers == [f"{tmp_path / str(i) / 'threaded_bls' / '1'}|False" for i in range(2)]
+    assert [len(s.requests) for s in servers] == [1, 1]
 
 
 def test_bls_without_hook_reports_error_in_response(load_model) -> None:

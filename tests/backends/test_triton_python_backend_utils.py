@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import asr_server.backends.python  # noqa: F401 - registers the module under Triton's name
-from asr_server.backends import triton_python_backend_utils as pb_utils
+from asr_server.backends.python import triton_python_backend_utils as pb_utils
+from asr_server.backends.python.api.routes import use_route
+from asr_server.backends.python.importer import instance_api
 
 
 def test_importable_under_tritons_name() -> None:
@@ -195,42 +197,62 @@ class FakeRoute:
         return self.infer(request, decoupled)
 
 
-def test_exec_outside_any_model_without_fallback_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pb_utils, "_fallback_route", None)
+def test_exec_and_get_model_dir_outside_any_model_raise() -> None:
     request = pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])
     with pytest.raises(pb_utils.TritonModelException, match="outside a loaded python model"):
         request.exec()
+    with pytest.raises(pb_utils.TritonModelException, match="outside a loaded python model"):
+        pb_utils.get_model_dir()
 
 
-def test_exec_falls_back_to_last_loaded_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_built_during_a_call_into_a_model_takes_that_models_route() -> None:
     route = FakeRoute()
-    monkeypatch.setattr(pb_utils, "_fallback_route", route)
-    response = pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[]).exec(decoupled=True)
+    with use_route(route):
+        request = pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])
+        assert pb_utils.get_model_dir() == "/models/fake/1"
+    response = request.exec(decoupled=True)  # after the call: the request keeps its route
     assert route.calls == [("m", True)]
-    assert pb_utils.get_model_dir() == "/models/fake/1"
     assert pb_utils.get_output_tensor_by_name(response, "OUT").as_numpy().tolist() == [1]
 
 
-def test_a_models_own_thread_finds_its_route_through_module_globals(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pb_utils, "_fallback_route", None)
-    route = FakeRoute()
-    model_globals = {"pb_utils": pb_utils, pb_utils.ROUTE_GLOBAL_NAME: route}
-    exec(  # stands in for a function defined in a model's module
-        "def worker(out):\n"
-        "    req = pb_utils.InferenceRequest(model_name='other', requested_output_names=[], inputs=[])\n"
-        "    out.append(req.exec())\n",
-        model_globals,
-    )
+def test_a_models_own_thread_uses_the_route_its_api_copy_is_bound_to() -> None:
+    routes = [FakeRoute(), FakeRoute()]
+    routes[1].model_dir = "/models/other/1"
     results: list = []
-    thread = threading.Thread(target=model_globals["worker"], args=(results,))
-    thread.start()
-    thread.join(timeout=10)
-    assert route.calls == [("other", False)] and not results[0].has_error()
+
+    def worker(api) -> None:  # stands in for a model's own thread: no call into the model is under way
+        request = api.InferenceRequest(model_name="other", requested_output_names=[], inputs=[])
+        results.append((api.get_model_dir(), request.exec()))
+
+    threads = [threading.Thread(target=worker, args=(instance_api(route),)) for route in routes]
+    for thread in threads:
+        thread.start()
+        thread.join(timeout=10)
+    assert sorted(dir for dir, _ in results) == ["/models/fake/1", "/models/other/1"]
+    assert [route.calls for route in routes] == [[("other", False)], [("other", False)]]
+    assert not any(response.has_error() for _, response in results)
+
+
+def test_an_instances_api_copy_shares_the_classes_of_the_shared_module() -> None:
+    api = instance_api(FakeRoute())
+    assert set(pb_utils.__all__) <= set(vars(api))
+    assert api.Tensor is pb_utils.Tensor and api.InferenceResponse is pb_utils.InferenceResponse
+    request = api.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])
+    assert isinstance(request, pb_utils.InferenceRequest)
+
+
+def test_the_route_of_the_call_wins_over_the_bound_one() -> None:
+    """A shared helper that kept one instance's API copy still reaches the model that calls it."""
+    bound, calling = FakeRoute(), FakeRoute()
+    api = instance_api(bound)
+    with use_route(calling):
+        api.InferenceRequest(model_name="m", requested_output_names=[], inputs=[]).exec()
+    assert calling.calls == [("m", False)] and bound.calls == []
 
 
 async def test_async_exec_uses_the_route() -> None:
     route = FakeRoute()
-    with pb_utils._use_route(route):
+    with use_route(route):
         request = pb_utils.InferenceRequest(model_name="a", requested_output_names=[], inputs=[])
     response = await request.async_exec()
     assert route.calls == [("a", False)] and not response.has_error()
