@@ -212,6 +212,37 @@ class InferenceCore:
         return response
 
 
+class CorePort:
+    """The `ServerPort` of an InferenceCore: in-process requests from any thread or event loop run on the
+    loop the core serves on.
+
+    The model manager takes the port before the core exists (the core takes the manager), and the loop is
+    only known once the server runs: `connect` binds both at start. Until then calls fail UNAVAILABLE.
+    """
+
+    def __init__(self) -> None:
+        self._core: Optional[InferenceCore] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    def connect(self, core: InferenceCore, loop: asyncio.AbstractEventLoop) -> None:
+        self._core, self._loop = core, loop
+
+    def _target(self) -> tuple[InferenceCore, asyncio.AbstractEventLoop]:
+        if self._core is None or self._loop is None:
+            raise ServerError("the server is not running", ErrorCode.UNAVAILABLE)
+        return self._core, self._loop
+
+    def infer(self, request: InferRequest) -> list[InferResponse]:
+        core, loop = self._target()
+        return asyncio.run_coroutine_threadsafe(core.infer_all(request), loop).result()
+
+    async def infer_async(self, request: InferRequest) -> list[InferResponse]:
+        core, loop = self._target()
+        if asyncio.get_running_loop() is loop:
+            return await core.infer_all(request)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(core.infer_all(request), loop))
+
+
 def _healthy(loaded: LoadedVersion) -> bool:
     """False once a scheduler could not go on (e.g. a sequence batcher whose loop gave up)."""
     return getattr(loaded.scheduler, "healthy", True)

@@ -16,13 +16,12 @@ import grpc
 from aiohttp import web
 
 from asr_server import gpu_devices, metrics, tls
-from asr_server.core import InferenceCore
+from asr_server.core import CorePort, InferenceCore
 from asr_server.errors import ServerError
 from asr_server.protocol import grpc_service, restrictions
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.repository.manager import ModelManager
 from asr_server.settings import ServerSettings, validate
-from asr_server.messages import InferRequest
 
 log = logging.getLogger(__name__)
 # After answering a request whose body was not read (413 over --http-max-input-size), read and drop what the
@@ -33,7 +32,9 @@ LINGER_S = 1.0
 class Server:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = validate(settings)
-        self.manager = ModelManager(list(settings.model_repositories), hooks=self._bls_hooks)
+        # BLS and ensemble steps call back into the core through this port; connected to the core at start.
+        self.port = CorePort()
+        self.manager = ModelManager(list(settings.model_repositories), port=self.port)
         self.core = InferenceCore(self.manager, settings.strict_readiness, settings.model_control_mode)
         self.runtime = RuntimeSettings(settings.log_verbose)
         self.grpc_port: Optional[int] = None  # the bound ports (differ from the settings when those are 0)
@@ -43,26 +44,11 @@ class Server:
         self._grpc_service: Optional[grpc_service.InferenceService] = None
         self._web_runners: list[web.AppRunner] = []
         self._poll_task: Optional[asyncio.Task] = None
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stopped = asyncio.Event()
-
-    # ---- BLS: python models calling other models in this server ------------------------------------
-    def _bls_hooks(self):
-        def infer_sync(request: InferRequest):
-            future = asyncio.run_coroutine_threadsafe(self.core.infer_all(request), self._loop)
-            return future.result()
-
-        async def infer_async(request: InferRequest):
-            if asyncio.get_running_loop() is self._loop:
-                return await self.core.infer_all(request)
-            future = asyncio.run_coroutine_threadsafe(self.core.infer_all(request), self._loop)
-            return await asyncio.wrap_future(future)
-
-        return infer_sync, infer_async
 
     # ---- start ---------------------------------------------------------------------------------
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self.port.connect(self.core, asyncio.get_running_loop())
         try:
             await self._start()
         except BaseException:

@@ -21,17 +21,13 @@ import abc
 import dataclasses
 import importlib
 from pathlib import Path
-from typing import Any, Awaitable, Callable, ClassVar, Optional, Sequence, Union
+from typing import Any, ClassVar, Optional, Sequence, Union
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.errors import ServerError
 from asr_server.messages import InferRequest, InferResponse, ResponseSink
-
-# In-process inference for BLS (python models calling other models): takes a request, returns the
-# responses (one, or many for a decoupled model). `infer_sync` is safe to call from executor threads.
-InferSync = Callable[[InferRequest], list[InferResponse]]
-InferAsync = Callable[[InferRequest], Awaitable[list[InferResponse]]]
+from asr_server.server_port import ServerPort
 
 ExecuteResult = list[Union[InferResponse, ServerError, None]]
 
@@ -48,8 +44,7 @@ class ModelContext:
     instance_name: str = ""  # "<model>_<group index>_<instance index>" (Triton's naming: "<group name>_<i>")
     instance_kind: str = "KIND_CPU"  # KIND_CPU | KIND_GPU | KIND_MODEL
     device_id: int = 0
-    infer_sync: Optional[InferSync] = None  # BLS hook, set by the core
-    infer_async: Optional[InferAsync] = None
+    port: Optional[ServerPort] = None  # calls back into the server (BLS); None: loaded outside a server
 
     @property
     def model_file(self) -> Path:

@@ -21,7 +21,7 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -36,6 +36,7 @@ from asr_server.scheduling.ensemble import EnsembleScheduler
 from asr_server.scheduling.factory import make_scheduler
 from asr_server.scheduling.instances import Instance, InstancePool
 from asr_server.model_stats import ModelStatistics
+from asr_server.server_port import ServerPort
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +80,13 @@ class ModelEntry:
     missing_steps: frozenset = frozenset()  # an ensemble's steps absent from the repository when its load failed
 
 
-# Builds the BLS hooks for a model context: (infer_sync, infer_async), bound to the server core.
-HookFactory = Callable[[], tuple]
-
-
 class ModelManager:
-    def __init__(self, repositories: list[Path], hooks: Optional[HookFactory] = None) -> None:
+    def __init__(self, repositories: list[Path], port: Optional[ServerPort] = None) -> None:
+        """`port`: how the models this manager loads call back into the server (BLS, ensemble steps);
+        handed to every backend instance and ensemble scheduler. None: they cannot (tests, tools)."""
         self.repositories = [Path(p) for p in repositories]
         self.models: dict[str, ModelEntry] = {}
-        self._hooks = hooks
+        self._port = port
         self._locks: dict[str, asyncio.Lock] = {}
 
     # ---- lookup -------------------------------------------------------------------------------
@@ -270,7 +269,7 @@ class ModelManager:
         return LoadedVersion(name, number, config, make_scheduler(config, pool, cls, model_dir), pool, stats)
 
     def _ensemble_scheduler(self, config: mc.ModelConfig, stats: ModelStatistics) -> EnsembleScheduler:
-        scheduler = EnsembleScheduler(config, self._hooks()[1] if self._hooks else None, stats)
+        scheduler = EnsembleScheduler(config, self._port, stats)
         for dependency in sorted(scheduler.dependencies):
             entry = self.models.get(dependency)
             if entry is None or not entry.versions:
@@ -281,7 +280,6 @@ class ModelManager:
         return scheduler
 
     def _contexts(self, model_dir: Path, name: str, number: int, config: mc.ModelConfig) -> list[ModelContext]:
-        infer_sync, infer_async = self._hooks() if self._hooks else (None, None)
         contexts = []
         for group in config.instance_group:
             kind = mc.ModelInstanceGroup.Kind.Name(group.kind)
@@ -297,8 +295,7 @@ class ModelManager:
                         instance_name=f"{group.name or name}_{index}",
                         instance_kind=kind,
                         device_id=devices[index % len(devices)],
-                        infer_sync=infer_sync,
-                        infer_async=infer_async,
+                        port=self._port,
                     )
                 )
         return contexts

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Awaitable, Callable
+from typing import Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -20,8 +20,7 @@ from asr_server.errors import ErrorCode, ServerError, as_server_error
 from asr_server.scheduling.pending import Pending
 from asr_server.model_stats import ModelStatistics
 from asr_server.messages import InferRequest, InferResponse, RequestedOutput, Tensor
-
-InferAll = Callable[[InferRequest], Awaitable[list[InferResponse]]]
+from asr_server.server_port import ServerPort
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,13 +48,13 @@ def ensemble_steps(config: mc.ModelConfig) -> list[Step]:
 class EnsembleScheduler:
     """Has the scheduler interface (submit/stop/queued) without instances of its own."""
 
-    def __init__(self, config: mc.ModelConfig, infer_all: InferAll, stats: ModelStatistics) -> None:
+    def __init__(self, config: mc.ModelConfig, port: Optional[ServerPort], stats: ModelStatistics) -> None:
         self.config = config
         self.name = config.name
         self.steps = ensemble_steps(config)
         self.output_names = [o.name for o in config.output]
         self.decoupled = config.model_transaction_policy.decoupled
-        self.infer_all = infer_all
+        self.port = port  # the steps run on the server through it
         self.stats = stats
         self._tasks: set[asyncio.Task] = set()
         self._accepting = True
@@ -141,7 +140,9 @@ class EnsembleScheduler:
             cancelled=request.cancelled,
         )
         try:
-            return await self.infer_all(step_request)
+            if self.port is None:
+                raise ServerError("ensembles need a server to run their steps", ErrorCode.UNAVAILABLE)
+            return await self.port.infer_async(step_request)
         except ServerError as error:
             raise ServerError(
                 f"in ensemble '{self.name}', step {step.index} ('{step.model_name}'): {error.message}", error.code

@@ -15,11 +15,12 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.backends.base import InferAsync, InferSync, ModelContext, backend_class
+from asr_server.backends.base import ModelContext, backend_class
 from asr_server.backends.python import PythonBackend
 from asr_server.backends.python import triton_python_backend_utils as pb_utils
 from asr_server.backends.python.model_config import config_to_dict
 from asr_server.errors import ErrorCode, ServerError
+from asr_server.server_port import ServerPort
 from asr_server.messages import (
     InferRequest,
     InferResponse,
@@ -43,8 +44,7 @@ def make_context(
     model_dir: Path,
     config: Optional[mc.ModelConfig] = None,
     instance_index: int = 0,
-    infer_sync: Optional[InferSync] = None,
-    infer_async: Optional[InferAsync] = None,
+    port: Optional[ServerPort] = None,
 ) -> ModelContext:
     config = config if config is not None else read_config(model_dir)
     return ModelContext(
@@ -54,8 +54,7 @@ def make_context(
         model_dir=model_dir,
         version_dir=model_dir / "1",
         instance_name=f"{config.name}_0_{instance_index}",
-        infer_sync=infer_sync,
-        infer_async=infer_async,
+        port=port,
     )
 
 
@@ -556,14 +555,14 @@ def test_async_decoupled_execute_runs_on_after_execute_returned(tmp_path: Path) 
 
 
 class FakeServer:
-    """Stands in for the core's infer_sync: serves add_sub, a decoupled counter, and unknown models."""
+    """Stands in for the server's port (ServerPort): serves add_sub, a decoupled counter, and unknown models."""
 
     def __init__(self) -> None:
         self.requests: list[InferRequest] = []
         self.threads: set[str] = set()
         self.async_calls = 0
 
-    def infer_sync(self, req: InferRequest) -> list[InferResponse]:
+    def infer(self, req: InferRequest) -> list[InferResponse]:
         self.requests.append(req)
         self.threads.add(threading.current_thread().name)
         if req.model_name == "add_sub":
@@ -582,12 +581,12 @@ class FakeServer:
     async def infer_async(self, req: InferRequest) -> list[InferResponse]:
         self.async_calls += 1
         await asyncio.sleep(0)  # a real await point: both BLS calls are in flight together
-        return self.infer_sync(req)
+        return self.infer(req)
 
 
-def test_bls_exec_goes_through_infer_sync(load_model) -> None:
+def test_bls_exec_goes_through_the_servers_port(load_model) -> None:
     server = FakeServer()
-    backend = load_model(FIXTURES / "bls_caller", infer_sync=server.infer_sync)
+    backend = load_model(FIXTURES / "bls_caller", port=server)
     a, b = [1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]
     (result,) = backend.execute(
         [request("bls_caller", fp32("INPUT0", a), fp32("INPUT1", b), sequence=SequenceControl(id=9, start=True))]
@@ -609,7 +608,7 @@ def test_bls_exec_goes_through_infer_sync(load_model) -> None:
 def test_bls_routes_to_the_server_that_loaded_each_model(load_model) -> None:
     servers = [FakeServer(), FakeServer()]
     backends = [
-        load_model(FIXTURES / "bls_caller", infer_sync=s.infer_sync, instance_index=i) for i, s in enumerate(servers)
+        load_model(FIXTURES / "bls_caller", port=s, instance_index=i) for i, s in enumerate(servers)
     ]
     inputs = (fp32("INPUT0", [1, 1, 1, 1]), fp32("INPUT1", [1, 1, 1, 1]))
     backends[0].execute([request("bls_caller", *inputs)])
@@ -651,7 +650,7 @@ def test_bls_from_a_models_own_thread_reaches_the_server_that_loaded_that_instan
     backends = []
     for i, server in enumerate(servers):
         model_dir, config = write_model(tmp_path / str(i), "threaded_bls", THREADED_BLS_MODEL)
-        backend = PythonBackend(make_context(model_dir, config=config, infer_sync=server.infer_sync))
+        backend = PythonBackend(make_context(model_dir, config=config, port=server))
         backend.load()
         backends.append(backend)
     try:
@@ -670,13 +669,11 @@ def test_bls_without_hook_reports_error_in_response(load_model) -> None:
     assert "BLS is not available" in result.message
 
 
-@pytest.mark.parametrize("hooks", ["sync_and_async", "sync_only"])
-def test_async_execute_with_async_exec(load_model, hooks: str) -> None:
+def test_async_execute_with_async_exec(load_model) -> None:
     server = FakeServer()
-    infer_async = server.infer_async if hooks == "sync_and_async" else None
-    backend = load_model(FIXTURES / "bls_async", infer_sync=server.infer_sync, infer_async=infer_async)
+    backend = load_model(FIXTURES / "bls_async", port=server)
     (result,) = backend.execute([request("bls_async", fp32("INPUT0", [5, 6, 7, 8]), fp32("INPUT1", [1, 2, 3, 4]))])
     assert result.output("SUM").data.tolist() == [6.0, 8.0, 10.0, 12.0]
     assert result.output("DIFF").data.tolist() == [4.0, 4.0, 4.0, 4.0]
     assert sorted(r.outputs[0].name for r in server.requests) == ["OUTPUT0", "OUTPUT1"]
-    assert server.async_calls == (2 if infer_async else 0)
+    assert server.async_calls == 2  # both through the port's awaitable side, on the model's loop

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Sequence, Union
 
 from asr_server.backends.base import ModelContext
@@ -15,39 +14,35 @@ BlsResult = Union[pb_utils.InferenceResponse, pb_utils.ResponseIterator]
 
 
 class InstanceRoute:
-    """One instance's `api.routes.ModelRoute`: BLS requests to the context's hooks, `get_model_dir`."""
+    """One instance's `api.routes.ModelRoute`: its BLS requests go to the context's ServerPort."""
 
     def __init__(self, context: ModelContext) -> None:
         self._context = context
         self.model_dir = str(context.version_dir)
 
     def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> BlsResult:
-        infer_sync = self._context.infer_sync
-        if infer_sync is None:
-            return self._result_of_error(self._no_hook_error(), decoupled)
+        port = self._context.port
+        if port is None:
+            return self._result_of_error(self._no_port_error(), decoupled)
         try:
-            responses = infer_sync(bls_request(request))
+            responses = port.infer(bls_request(request))
         except Exception as exc:  # noqa: BLE001 - Triton reports BLS failures inside the response
             return self._result_of_error(exc, decoupled)
         return self._result(request, responses, decoupled)
 
     async def infer_async(self, request: pb_utils.InferenceRequest, decoupled: bool) -> BlsResult:
-        # The model's coroutines run on the instance's own loop; `infer_async` must be awaitable from any
-        # loop (the server's bridges to its own). Without it, `infer_sync` runs in an executor thread.
-        infer_async = self._context.infer_async
-        if infer_async is None:
-            if self._context.infer_sync is None:
-                return self._result_of_error(self._no_hook_error(), decoupled)
-            return await asyncio.get_running_loop().run_in_executor(None, self.infer, request, decoupled)
+        # Runs on the instance's own loop (`async def execute` models); the port bridges to the server's.
+        port = self._context.port
+        if port is None:
+            return self._result_of_error(self._no_port_error(), decoupled)
         try:
-            responses = await infer_async(bls_request(request))
+            responses = await port.infer_async(bls_request(request))
         except Exception as exc:  # noqa: BLE001 - Triton reports BLS failures inside the response
             return self._result_of_error(exc, decoupled)
         return self._result(request, responses, decoupled)
 
-    def _no_hook_error(self) -> ServerError:
-        return internal(f"BLS is not available: model '{self._context.name}' was loaded without an inference hook")
-
+    def _no_port_error(self) -> ServerError:
+        return internal(f"BLS is not available: model '{self._context.name}' was loaded outside a server")
     @staticmethod
     def _result_of_error(error: BaseException, decoupled: bool) -> BlsResult:
         response = pb_error_response(error)
