@@ -8,7 +8,9 @@ shifted by the piece's start.
 
 The cutter is an energy splitter: silero-vad would need its ONNX weights, which no package the project
 installs carries, and nothing may be downloaded at run time. On speech with pauses (what a file of sentences
-has) a frame-energy floor finds the pauses; a piece with no pause at all is cut at its quietest frame.
+has) a frame-energy floor finds the pauses; speech with no pause for ``max_piece_s`` is cut at its quietest
+frame, the pieces on either side overlapping so that each hears the words at the cut whole, and each word is
+reported by the piece on whose side of the cut it lies.
 """
 
 from __future__ import annotations
@@ -25,23 +27,43 @@ from asr_client.audio import SAMPLE_RATE
 
 FRAME_S = 0.02  # energy frame, seconds
 MAX_PIECE_S = 20.0  # longest piece sent in one request (well under the built repository's 60 s limit)
-MIN_PAUSE_S = 0.3  # a quiet stretch at least this long is a place to cut
-PAD_S = 0.3  # pause kept on each side of a piece (the model saw sentences with some silence around them)
-MIN_PIECE_S = 1.0  # speech shorter than this between pauses is joined to its neighbour
+# A quiet stretch at least this long is a place to cut, and sounds shorter than MIN_SPEECH_S between such
+# pauses are not speech (clicks, a step in the background): sherpa-onnx's VAD defaults (min_silence_duration,
+# min_speech_duration). Shorter pauses occur inside sentences, and a sentence cut in two loses words at the cut.
+MIN_PAUSE_S = 0.5
+MIN_SPEECH_S = 0.25
+# Audio kept around a piece's speech, taken from the pause beside it. Asymmetric because a CTC model emits a
+# word's tokens after the word (the demo model: its last token a median 190 ms after the word's end), and a
+# weak final consonant (the 's' of "chairs") falls under the energy floor: a piece that ends 0.2-0.3 s after
+# the last loud frame loses its last letters ("black cha"). Before the speech, a little quiet is enough (a
+# weak onset under the floor); more of the pause than that hurts when the pause is not the speech's own
+# background (a recording whose noise changes at the sentence): the demo model then drops the first word.
+PAD_BEFORE_S = 0.1
+PAD_AFTER_S = 0.5
+# A piece cut inside speech (no pause within max_piece_s) overlaps its neighbours by this much on each side:
+# the model hears the words around the cut whole, and each piece keeps only the words on its side of the cut.
+CUT_CONTEXT_S = 1.0
 ABOVE_FLOOR_DB = 12.0  # a frame at most this far above the noise floor (10th percentile) counts as quiet
 SILENT_DB = -90.0  # a frame below this mean power (dB re full scale) is digital silence
 
 
 @dataclass(frozen=True)
 class Piece:
-    start: int  # first sample
-    end: int  # one past the last sample
+    start: int  # first sample sent
+    end: int  # one past the last sample sent
+    keep_start: int = -1  # words centred before this sample belong to the piece before (-1: no cut, keep all)
+    keep_end: int = -1  # words centred at or after this sample belong to the piece after (-1: keep all)
+
+    def keeps(self, centre: int) -> bool:
+        """Whether a word centred at sample ``centre`` (of the whole file) is this piece's to report."""
+        return (self.keep_start < 0 or centre >= self.keep_start) and (self.keep_end < 0 or centre < self.keep_end)
 
 
 def find_pieces(samples: np.ndarray, max_piece_s: float = MAX_PIECE_S, min_pause_s: float = MIN_PAUSE_S,
                 sample_rate: int = SAMPLE_RATE) -> list[Piece]:
-    """Pieces of speech between pauses (at least ``min_pause_s`` quiet), none longer than ``max_piece_s``;
-    silence between them is left out."""
+    """Pieces of speech between pauses (at least ``min_pause_s`` quiet), none longer than ``max_piece_s`` of
+    speech; the rest of each pause is left out. Speech with no pause is cut at its quietest frame, and those
+    pieces overlap (see ``Piece.keeps``)."""
     frame = max(1, int(FRAME_S * sample_rate))
     n_frames = len(samples) // frame
     if n_frames == 0:
@@ -58,7 +80,7 @@ def find_pieces(samples: np.ndarray, max_piece_s: float = MAX_PIECE_S, min_pause
     quiet = (db < threshold) | (db < SILENT_DB)
     if quiet.all():
         return []
-    # quiet runs at least min_pause long: their middles are candidate cuts
+    # pauses: quiet runs at least min_pause long
     cuts = []
     run_start = None
     min_run = max(1, int(round(min_pause_s / FRAME_S)))
@@ -69,7 +91,7 @@ def find_pieces(samples: np.ndarray, max_piece_s: float = MAX_PIECE_S, min_pause
             if i - run_start >= min_run:
                 cuts.append((run_start, i))
             run_start = None
-    # speech spans between pauses, then merged greedily up to the longest piece
+    # speech spans between pauses; sounds too short to be speech are left out
     spans = []
     pos = 0
     for a, b in cuts:
@@ -78,25 +100,46 @@ def find_pieces(samples: np.ndarray, max_piece_s: float = MAX_PIECE_S, min_pause
         pos = b
     if pos < n_frames:
         spans.append((pos, n_frames))
-    spans = [(a, b) for a, b in spans if not quiet[a:b].all()]
+    min_speech = max(1, int(round(MIN_SPEECH_S / FRAME_S)))
+    spans = [(a, b) for a, b in spans if b - a >= min_speech and not quiet[a:b].all()]
     max_frames = max(1, int(max_piece_s / FRAME_S))
-    min_frames = int(MIN_PIECE_S / FRAME_S)
-    pieces: list[tuple[int, int]] = []
+    # (first frame, one past the last, cut inside speech before it, cut inside speech after it)
+    pieces: list[tuple[int, int, bool, bool]] = []
     for a, b in spans:
+        forced = False
         while b - a > max_frames:  # no pause long enough: cut at the quietest frame of the allowed stretch
             window = db[a + max_frames // 2: a + max_frames]
             cut = a + max_frames // 2 + int(np.argmin(window))
-            pieces.append((a, cut))
-            a = cut
-        # a very short span (a word on its own) joins the piece before it; otherwise every pause is a cut:
-        # recognisers trained on sentences decode sentences best, and more pieces run more in parallel
-        if pieces and (b - a < min_frames or pieces[-1][1] - pieces[-1][0] < min_frames) \
-                and b - pieces[-1][0] <= max_frames:
-            pieces[-1] = (pieces[-1][0], b)
+            pieces.append((a, cut, forced, True))
+            a, forced = cut, True
+        # every pause is a cut, however short the speech between: a recogniser trained on sentences decodes
+        # one sentence at a time best (the demo model turns two sentences in one request into nonsense: words
+        # of the first repeated in the second), and more pieces run more in parallel
+        pieces.append((a, b, forced, False))
+    before, after = int(round(PAD_BEFORE_S / FRAME_S)), int(round(PAD_AFTER_S / FRAME_S))
+    context = int(round(CUT_CONTEXT_S / FRAME_S))
+    out = []
+    for i, (a, b, cut_before, cut_after) in enumerate(pieces):
+        # a pause is shared: the piece after it takes up to PAD_BEFORE (at most half), the one before the rest
+        # up to PAD_AFTER, so pieces never overlap at a pause
+        if cut_before:
+            first, keep_start = a - context, a * frame
+        elif i == 0:
+            first, keep_start = a - before, -1
         else:
-            pieces.append((a, b))
-    pad = int(PAD_S / FRAME_S)
-    return [Piece(max(0, (a - pad) * frame), min(len(samples), (b + pad) * frame)) for a, b in pieces]
+            gap = a - pieces[i - 1][1]
+            first, keep_start = a - min(before, gap // 2), -1
+        if cut_after:
+            last, keep_end = b + context, b * frame
+        elif i + 1 == len(pieces):
+            last, keep_end = b + after, -1
+        else:
+            gap = pieces[i + 1][0] - b
+            last, keep_end = b + min(after, gap - min(before, gap // 2)), -1
+        out.append(Piece(max(0, first * frame), min(len(samples), last * frame), keep_start, keep_end))
+    if out and pieces[-1][1] == n_frames:  # the samples after the last whole frame
+        out[-1] = Piece(out[-1].start, len(samples), out[-1].keep_start, out[-1].keep_end)
+    return out
 
 
 @dataclass(frozen=True)
@@ -136,17 +179,27 @@ async def transcribe_long(grpc_client: grpcclient.InferenceServerClient, samples
             except offline.OfflineError as error:
                 return error
 
-    answers = await asyncio.gather(*(one(i, p) for i, p in enumerate(pieces)))
+    # longest first: requests in flight together have similar lengths, so the server's dynamic batcher pads
+    # a batch little (a batch costs as much as its longest piece); the answers go back into file order
+    order = sorted(range(len(pieces)), key=lambda i: pieces[i].start - pieces[i].end)
+    answers = [None] * len(pieces)
+    for i, answer in zip(order, await asyncio.gather(*(one(i, pieces[i]) for i in order))):
+        answers[i] = answer
     words, texts, spans, errors = [], [], [], []
     for piece, answer in zip(pieces, answers):
         offset = piece.start / SAMPLE_RATE
         if isinstance(answer, Exception):
             errors.append(f"{offset:.2f}-{piece.end / SAMPLE_RATE:.2f} s: {answer}")
             continue
-        spans.append((round(offset, 3), round(piece.end / SAMPLE_RATE, 3), answer.text))
-        if answer.text:
-            texts.append(answer.text)
-        for w in (answer.details or {}).get("words", []):
-            words.append(Word(w["word"], round(offset + w["start"], 3), round(offset + w["end"], 3),
-                              w.get("confidence")))
+        kept = [w for w in (answer.details or {}).get("words", [])
+                if piece.keeps(piece.start + round(SAMPLE_RATE * (w["start"] + w["end"]) / 2))]
+        # a piece cut inside speech reports only the words on its side of the cut (its neighbour heard the
+        # rest too): its text is those words; any other piece's text is the server's transcript
+        cut = piece.keep_start >= 0 or piece.keep_end >= 0
+        text = " ".join(w["word"] for w in kept) if cut and answer.details is not None else answer.text
+        spans.append((round(offset, 3), round(piece.end / SAMPLE_RATE, 3), text))
+        if text:
+            texts.append(text)
+        words += [Word(w["word"], round(offset + w["start"], 3), round(offset + w["end"], 3), w.get("confidence"))
+                  for w in kept]
     return LongResult(" ".join(texts), tuple(words), tuple(spans), loop.time() - started, tuple(errors))

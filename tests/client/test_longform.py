@@ -1,11 +1,17 @@
-"""Cutting long audio at pauses, and subtitles from timed words (no server)."""
+"""Cutting long audio at pauses, stitching the pieces' words, and subtitles from timed words (no server: the
+offline request is replaced by a decoder of tests/client/tones.py's tone words that reports word times)."""
 
 from __future__ import annotations
 
-import numpy as np
+import asyncio
 
-from asr_client.longform import Word, find_pieces
+import numpy as np
+import pytest
+
+from asr_client import longform, offline
+from asr_client.longform import PAD_AFTER_S, PAD_BEFORE_S, Word, find_pieces, transcribe_long
 from asr_client.subtitles import cues, to_srt, to_vtt
+from tests.client.tones import BASE_HZ, STEP_HZ, WORDS, tones
 
 RATE = 16000
 
@@ -34,14 +40,103 @@ def test_cuts_fall_in_pauses_and_pieces_stay_short():
     assert len(pieces) >= 5
 
 
+def test_pieces_keep_more_pause_after_the_speech_than_before_and_never_overlap_at_a_pause():
+    rng = np.random.default_rng(2)
+    # speech 0.5-2.5 s, pause of 2 s, speech 4.5-6.5 s, pause of 0.6 s, speech 7.1-9.1 s, 1 s of quiet
+    samples = np.concatenate([quiet(0.5, rng), noise_burst(2.0, rng), quiet(2.0, rng), noise_burst(2.0, rng),
+                              quiet(0.6, rng), noise_burst(2.0, rng), quiet(1.0, rng)])
+    pieces = [(p.start / RATE, p.end / RATE) for p in find_pieces(samples)]
+    assert len(pieces) == 3
+    (a0, b0), (a1, b1), (a2, b2) = pieces
+    # a long pause: each side takes its full pad (a CTC model emits a word's tokens after the word)
+    assert a0 == pytest.approx(0.5 - PAD_BEFORE_S, abs=0.03) and b0 == pytest.approx(2.5 + PAD_AFTER_S, abs=0.03)
+    assert a1 == pytest.approx(4.5 - PAD_BEFORE_S, abs=0.03) and b1 <= a2
+    # a pause shorter than both pads together is shared, the piece before it taking the larger part
+    assert b1 - 6.5 > a2 - b1 - 0.03 and a2 < 7.1
+    assert b2 == pytest.approx(9.1 + PAD_AFTER_S, abs=0.03)
+
+
+def test_a_click_between_pauses_is_not_a_piece():
+    rng = np.random.default_rng(3)
+    samples = np.concatenate([noise_burst(2.0, rng), quiet(1.0, rng), noise_burst(0.1, rng), quiet(1.0, rng),
+                              noise_burst(2.0, rng)])
+    assert len(find_pieces(samples)) == 2
+
+
 def test_speech_without_a_pause_is_cut_at_its_quietest_point_and_silence_gives_nothing():
     rng = np.random.default_rng(1)
     long_speech = noise_burst(25.0, rng)
     pieces = find_pieces(long_speech, max_piece_s=10.0)
     assert len(pieces) >= 3 and pieces[0].start == 0 and pieces[-1].end == len(long_speech)
-    assert all((p.end - p.start) / RATE <= 10.0 + 0.21 for p in pieces)
-    assert all(a.end > b.start for a, b in zip(pieces, pieces[1:]))  # nothing between pieces is lost
+    assert all((p.end - p.start) / RATE <= 10.0 + 2 * longform.CUT_CONTEXT_S + 0.03 for p in pieces)
+    # neighbours overlap (each hears the words around the cut whole) and every sample is reported by one
+    assert all(a.end > b.start for a, b in zip(pieces, pieces[1:]))
+    assert all(a.keep_end == b.keep_start > 0 for a, b in zip(pieces, pieces[1:]))
+    centres = range(0, len(long_speech), 160)
+    assert all(sum(p.keeps(c) for p in pieces) == 1 for c in centres)
     assert find_pieces(np.zeros(RATE * 5, np.float32)) == []
+
+
+def tone_words(samples: np.ndarray) -> list[dict]:
+    """Words of a tone recording with times: runs of 10 ms frames whose strongest bin is one digit's tone."""
+    frame = RATE // 100  # 10 ms: FFT bins 100 Hz apart, one per digit
+    n = len(samples) // frame
+    spectra = np.abs(np.fft.rfft(samples[: n * frame].reshape(n, frame), axis=1))
+    digits = np.where(spectra.max(axis=1) > 5.0, np.argmax(spectra, axis=1) - int(BASE_HZ // STEP_HZ), -1)
+    words, start = [], 0
+    for i in range(1, n + 1):
+        if i == n or digits[i] != digits[start]:
+            if 0 <= digits[start] < len(WORDS) and i - start >= 10:
+                words.append({"word": WORDS[digits[start]], "start": start / 100, "end": i / 100})
+            start = i
+    return words
+
+
+@pytest.fixture
+def tone_recognizer(monkeypatch):
+    """offline.recognize replaced: each piece decoded as tone words with times, as DETAILS would carry them."""
+    sent = []
+
+    async def recognize(client, samples, model, request_id="", timeout_s=None, parameters=None, details=False):
+        sent.append(len(samples))
+        words = tone_words(samples)
+        return offline.OfflineResult(" ".join(w["word"] for w in words), 0.0, {"words": words})
+
+    monkeypatch.setattr(offline, "recognize", recognize)
+    return sent
+
+
+def no_repeats(count: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    out = [WORDS[0]]
+    while len(out) < count:
+        word = WORDS[rng.integers(len(WORDS))]
+        if word != out[-1]:  # two equal tones in a row would read as one word
+            out.append(word)
+    return out
+
+
+def test_words_of_pieces_cut_inside_speech_are_stitched_without_loss_or_repeats(tone_recognizer):
+    words = no_repeats(120, seed=4)  # 30 s of tones, no pause: cut inside speech, pieces overlap
+    samples = tones(" ".join(words), seed=4)
+    result = asyncio.run(transcribe_long(None, samples, max_piece_s=8.0))
+    assert len(tone_recognizer) >= 4  # the audio went in several pieces
+    assert result.text == " ".join(words)
+    assert [w.word for w in result.words] == words
+    starts = np.array([w.start for w in result.words])
+    assert np.abs(starts - 0.25 * np.arange(len(words))).max() < 0.02  # times in the file's clock
+
+
+def test_sentences_between_pauses_come_back_whole_and_in_order(tone_recognizer):
+    rng = np.random.default_rng(5)
+    sentences = [" ".join(no_repeats(8, seed=s)) for s in range(6)]
+    parts = []
+    for text in sentences:
+        parts += [tones(text, seed=len(parts)), quiet(0.8, rng)]
+    result = asyncio.run(transcribe_long(None, np.concatenate(parts)))
+    assert len(result.pieces) == len(sentences)
+    assert [text for _, _, text in result.pieces] == sentences
+    assert result.text == " ".join(sentences)
 
 
 def test_subtitles_group_words_into_cues():
