@@ -245,7 +245,7 @@ class CorePort:
 
 def _healthy(loaded: LoadedVersion) -> bool:
     """False once a scheduler could not go on (e.g. a sequence batcher whose loop gave up)."""
-    return getattr(loaded.scheduler, "healthy", True)
+    return loaded.scheduler.healthy
 
 
 UINT64_MAX = 2**64 - 1  # Triton's correlation ids are uint64 or strings

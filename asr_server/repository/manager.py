@@ -32,7 +32,7 @@ from asr_server.repository import config as config_io
 from asr_server.repository import paths
 from asr_server.repository import versions as version_io
 from asr_server.repository import warmup
-from asr_server.scheduling.ensemble import EnsembleScheduler
+from asr_server.scheduling.base import Scheduler
 from asr_server.scheduling.factory import make_scheduler
 from asr_server.scheduling.instances import Instance, InstancePool
 from asr_server.model_stats import ModelStatistics
@@ -55,8 +55,8 @@ class LoadedVersion:
     name: str
     version: int
     config: mc.ModelConfig
-    scheduler: object  # asr_server.scheduling.base.Scheduler (or the ensemble scheduler)
-    pool: Optional[InstancePool]
+    scheduler: Scheduler  # made by scheduling.factory.make_scheduler
+    pool: Optional[InstancePool]  # None for an ensemble
     stats: ModelStatistics
 
     @property
@@ -249,7 +249,9 @@ class ModelManager:
     async def _load_version(self, model_dir: Path, name: str, number: int, config: mc.ModelConfig) -> LoadedVersion:
         stats = ModelStatistics()
         if config.platform == "ensemble":
-            return LoadedVersion(name, number, config, self._ensemble_scheduler(config, stats), None, stats)
+            self._check_steps_loaded(config)
+            scheduler = make_scheduler(config, model_dir, stats, port=self._port)
+            return LoadedVersion(name, number, config, scheduler, None, stats)
         cls = backend_class(config.backend)
         backends = [cls(ctx) for ctx in self._contexts(model_dir, name, number, config)]
         samples = warmup.sample_requests(config, model_dir)  # malformed samples fail before anything loads
@@ -266,18 +268,17 @@ class ModelManager:
                 await asyncio.to_thread(backend.unload)
             raise
         pool = InstancePool([Instance(b) for b in backends], stats, config.model_transaction_policy.decoupled)
-        return LoadedVersion(name, number, config, make_scheduler(config, pool, cls, model_dir), pool, stats)
+        scheduler = make_scheduler(config, model_dir, stats, pool=pool, backend=cls)
+        return LoadedVersion(name, number, config, scheduler, pool, stats)
 
-    def _ensemble_scheduler(self, config: mc.ModelConfig, stats: ModelStatistics) -> EnsembleScheduler:
-        scheduler = EnsembleScheduler(config, self._port, stats)
-        for dependency in sorted(scheduler.dependencies):
+    def _check_steps_loaded(self, config: mc.ModelConfig) -> None:
+        for dependency in sorted({step.model_name for step in config.ensemble_scheduling.step}):
             entry = self.models.get(dependency)
             if entry is None or not entry.versions:
                 raise ServerError(
                     f"ensemble '{config.name}' depends on '{dependency}' which has no loaded version",
                     ErrorCode.INVALID_ARGUMENT,
                 )
-        return scheduler
 
     def _contexts(self, model_dir: Path, name: str, number: int, config: mc.ModelConfig) -> list[ModelContext]:
         contexts = []

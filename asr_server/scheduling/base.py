@@ -1,9 +1,16 @@
-"""The scheduler interface: what the core calls to get a request executed."""
+"""The scheduler interface: what the core calls to get a request executed.
+
+Every model version has one Scheduler, made by `factory.make_scheduler` from its config: DirectScheduler
+(below), DynamicBatcher, SequenceBatcher, EnsembleScheduler. To add one: subclass Scheduler, implement
+`_submit` (queue the request, never block; deliver through `pending.channel`), override `_drain` /
+`_fail_queued` / `queued` if it keeps a queue, and pick it in the factory.
+"""
 
 from __future__ import annotations
 
 import abc
 import asyncio
+from typing import Optional
 
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.scheduling.instances import InstancePool
@@ -13,8 +20,8 @@ from asr_server.scheduling.pending import Pending
 class Scheduler(abc.ABC):
     """Decides when and with which other requests a request runs, on which instance."""
 
-    def __init__(self, pool: InstancePool) -> None:
-        self.pool = pool
+    def __init__(self, pool: Optional[InstancePool]) -> None:
+        self.pool = pool  # the model's instances; None for an ensemble, whose steps run on other models
         self._tasks: set[asyncio.Task] = set()
         self._accepting = True
 
@@ -53,7 +60,13 @@ class Scheduler(abc.ABC):
 
     @property
     def queued(self) -> int:
+        """Requests waiting in this scheduler's queue (the nv_inference_pending_request_count metric)."""
         return 0
+
+    @property
+    def healthy(self) -> bool:
+        """False once the scheduler cannot go on; the model is then reported not ready."""
+        return True
 
 
 class DirectScheduler(Scheduler):

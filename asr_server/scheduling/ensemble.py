@@ -17,6 +17,7 @@ from typing import Optional
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.errors import ErrorCode, ServerError, as_server_error
+from asr_server.scheduling.base import Scheduler
 from asr_server.scheduling.pending import Pending
 from asr_server.model_stats import ModelStatistics
 from asr_server.messages import InferRequest, InferResponse, RequestedOutput, Tensor
@@ -45,10 +46,12 @@ def ensemble_steps(config: mc.ModelConfig) -> list[Step]:
     ]
 
 
-class EnsembleScheduler:
-    """Has the scheduler interface (submit/stop/queued) without instances of its own."""
+class EnsembleScheduler(Scheduler):
+    """A Scheduler without instances of its own (`pool` None): each request runs through the steps, each
+    step a request to its composing model through the server's port."""
 
     def __init__(self, config: mc.ModelConfig, port: Optional[ServerPort], stats: ModelStatistics) -> None:
+        super().__init__(pool=None)
         self.config = config
         self.name = config.name
         self.steps = ensemble_steps(config)
@@ -56,24 +59,13 @@ class EnsembleScheduler:
         self.decoupled = config.model_transaction_policy.decoupled
         self.port = port  # the steps run on the server through it
         self.stats = stats
-        self._tasks: set[asyncio.Task] = set()
-        self._accepting = True
-
-    @property
-    def queued(self) -> int:
-        return 0
 
     @property
     def dependencies(self) -> set[str]:
         return {s.model_name for s in self.steps}
 
-    def submit(self, pending: Pending) -> None:
-        if not self._accepting:
-            pending.fail(ServerError("model is being unloaded", ErrorCode.UNAVAILABLE))
-            return
-        task = asyncio.get_running_loop().create_task(self._run(pending))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _submit(self, pending: Pending) -> None:
+        self._spawn(self._run(pending))
 
     async def _run(self, pending: Pending) -> None:
         start = time.monotonic_ns()
@@ -147,11 +139,6 @@ class EnsembleScheduler:
             raise ServerError(
                 f"in ensemble '{self.name}', step {step.index} ('{step.model_name}'): {error.message}", error.code
             ) from None
-
-    async def stop(self, drain_timeout_s: float = 30.0) -> None:
-        self._accepting = False
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=drain_timeout_s)
 
 
 def _renamed(tensor: Tensor, name: str) -> Tensor:
