@@ -2,7 +2,9 @@
 
 gRPC and HTTP handlers convert the wire format into `asr_server.messages` and call this class; it validates a
 request against its model's config, hands it to the model's scheduler and returns the responses.
-No protobuf, no grpc here.
+No wire protocol here (no service_pb2, no grpc, no JSON). A model's config is Triton's `ModelConfig` message,
+the config type of every layer (see `asr_server/repository/__init__.py`). `CorePort` is the port the layers
+below call back in through (BLS, ensemble steps; `asr_server/server_port.py`).
 """
 
 from __future__ import annotations
