@@ -17,8 +17,9 @@ Shapes: requests whose non-batch shapes differ are batched together only when th
 padded to its neighbours' shape, which would change what a model that is not length-aware computes).
 
 preserve_ordering: responses leave in arrival order even when batches finish out of order on several
-instances. Only results of executed batches are ordered; a request that fails in the queue (timeout,
-cancellation, unload) gets its error at once and stops holding back the ones behind it.
+instances (the reorder buffer: response_order.py). Only results of executed batches are ordered; a request
+that fails in the queue (timeout, cancellation, unload) gets its error at once and stops holding back the
+ones behind it. The options are read from the config once (batcher_options.py).
 
 No task polls: the queue is examined when a request arrives, when a batch finishes and when a timer set for
 the next deadline (batch delay or queue timeout) fires. Deadlines use `clock` (the loop's monotonic clock
@@ -37,82 +38,15 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.errors import ErrorCode, ServerError, invalid_argument
 from asr_server.scheduling.base import Scheduler
+from asr_server.scheduling.batcher_options import QueuePolicy, batcher_options
 from asr_server.scheduling.instances import InstancePool
-from asr_server.scheduling.pending import Delivery, Pending, ResponseChannel
+from asr_server.scheduling.pending import Pending
+from asr_server.scheduling.response_order import OrderedChannel, ReorderBuffer
 
 Clock = Callable[[], float]  # seconds, monotonic
 
 TIMEOUT_MESSAGE = "Request timeout expired"
 QUEUE_FULL_MESSAGE = "Exceeds maximum queue size"
-
-
-@dataclasses.dataclass(frozen=True)
-class QueuePolicy:
-    """One priority level's ModelQueuePolicy."""
-
-    reject: bool  # timeout_action REJECT (True) or DELAY (False)
-    timeout_s: float  # default_timeout_microseconds in seconds; 0: requests never time out
-    allow_override: bool  # a request's own timeout_us may shorten the default (never lengthen it)
-    max_queue_size: int  # requests this level may hold; 0: unbounded
-
-    def timeout_for(self, request_timeout_us: int) -> float:
-        """Seconds the request may wait in the queue (0: forever)."""
-        timeout = self.timeout_s
-        if self.allow_override and request_timeout_us > 0:
-            own = request_timeout_us / 1e6
-            if timeout == 0 or own < timeout:
-                timeout = own
-        return timeout
-
-
-@dataclasses.dataclass(frozen=True)
-class BatcherOptions:
-    """What the batcher takes from `config.dynamic_batching`, checked in `batcher_options`."""
-
-    model: str  # model name, for error messages
-    max_batch_size: int  # the model's max_batch_size (>= 1)
-    preferred: frozenset[int]  # preferred_batch_size values <= max_batch_size
-    max_delay_s: float  # max_queue_delay_microseconds in seconds
-    preserve_ordering: bool  # deliver responses in arrival order
-    priority_levels: int  # as configured; 0: priorities are ignored
-    default_level: int  # 1-based level of requests with priority 0
-    policies: tuple[QueuePolicy, ...]  # one per level, index 0 = level 1
-    ragged: bool  # the backend takes requests of different non-batch shapes in one batch
-
-
-def _policy(policy: mc.ModelQueuePolicy) -> QueuePolicy:
-    return QueuePolicy(
-        reject=policy.timeout_action == mc.ModelQueuePolicy.REJECT,
-        timeout_s=policy.default_timeout_microseconds / 1e6,
-        allow_override=policy.allow_timeout_override,
-        max_queue_size=max(0, int(policy.max_queue_size)),
-    )
-
-
-def batcher_options(config: mc.ModelConfig, ragged: bool = False) -> BatcherOptions:
-    """Options from a (validated) config; repeats the checks the batcher relies on."""
-    batching = config.dynamic_batching
-    max_batch_size = max(1, config.max_batch_size)
-    levels = int(batching.priority_levels)
-    default_level = int(batching.default_priority_level) if levels else 1
-    if levels and not 1 <= default_level <= levels:
-        raise invalid_argument(f"default priority level must be in range [1, {levels}] for {config.name}")
-    default_policy = _policy(batching.default_queue_policy)
-    policies = tuple(
-        _policy(batching.priority_queue_policy[level]) if level in batching.priority_queue_policy else default_policy
-        for level in range(1, max(1, levels) + 1)
-    )
-    return BatcherOptions(
-        model=config.name,
-        max_batch_size=max_batch_size,
-        preferred=frozenset(s for s in batching.preferred_batch_size if 0 < s <= max_batch_size),
-        max_delay_s=batching.max_queue_delay_microseconds / 1e6,
-        preserve_ordering=batching.preserve_ordering,
-        priority_levels=levels,
-        default_level=default_level,
-        policies=policies,
-        ragged=ragged,
-    )
 
 
 def _shape_key(pending: Pending) -> tuple:
@@ -152,97 +86,6 @@ class _Level:
         yield from self.delayed
 
 
-class _OrderedChannel:
-    """Stands in for a request's channel under preserve_ordering: deliveries go through the reorder
-    buffer. Keeps ResponseChannel's contract (thread-safe `deliver`, one final delivery, extras counted
-    in the real channel's `dropped`)."""
-
-    def __init__(self, target: ResponseChannel, order: "_ReorderBuffer", seq: int,
-                 loop: asyncio.AbstractEventLoop) -> None:
-        self.target = target
-        self._order = order
-        self._seq = seq
-        self._loop = loop
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def dropped(self) -> int:
-        return self.target.dropped
-
-    def _accept(self, final: bool) -> bool:
-        if self._closed:
-            self.target.dropped += 1
-            return False
-        if final:
-            self._closed = True
-        return True
-
-    def deliver(self, item: Delivery, final: bool) -> None:
-        if self._accept(final):
-            try:
-                self._loop.call_soon_threadsafe(self._order.arrive, self._seq, item, final)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
-
-    def deliver_on_loop(self, item: Delivery, final: bool) -> None:
-        if self._accept(final):
-            self._order.arrive(self._seq, item, final)
-
-
-@dataclasses.dataclass(eq=False)
-class _Slot:
-    target: ResponseChannel
-    held: list[tuple[Delivery, bool]] = dataclasses.field(default_factory=list)
-    done: bool = False  # its final delivery arrived (or it left the ordering)
-
-
-class _ReorderBuffer:
-    """Releases each request's deliveries once every earlier request has had its final one. The request
-    at the head streams straight through (decoupled models); later ones are held."""
-
-    def __init__(self) -> None:
-        self._next = 0  # the oldest request not yet finished
-        self._slots: dict[int, _Slot] = {}
-
-    def register(self, seq: int, target: ResponseChannel) -> None:
-        self._slots[seq] = _Slot(target)
-
-    def arrive(self, seq: int, item: Delivery, final: bool) -> None:
-        slot = self._slots[seq]
-        slot.held.append((item, final))
-        slot.done = slot.done or final
-        if seq == self._next:
-            self._advance()
-
-    def leave(self, seq: int) -> None:
-        """The request was answered outside the ordering; stop waiting for it."""
-        slot = self._slots.get(seq)
-        if slot is not None:
-            slot.done = True
-            slot.held.clear()
-            if seq == self._next:
-                self._advance()
-
-    def _advance(self) -> None:
-        while self._next in self._slots:
-            slot = self._slots[self._next]
-            for item, final in slot.held:
-                slot.target.deliver_on_loop(item, final)
-            slot.held.clear()
-            if not slot.done:
-                return
-            del self._slots[self._next]
-            self._next += 1
-
-    @property
-    def waiting(self) -> int:
-        return len(self._slots)
-
-
 class DynamicBatcher(Scheduler):
     def __init__(self, pool: InstancePool, config: mc.ModelConfig, ragged: bool = False,
                  clock: Optional[Clock] = None) -> None:
@@ -257,7 +100,7 @@ class DynamicBatcher(Scheduler):
         self._timer_at = math.inf
         self._changed: Optional[asyncio.Event] = None  # set whenever the queue shrinks (for draining)
         self._seq = 0
-        self._order = _ReorderBuffer() if self.options.preserve_ordering else None
+        self._order = ReorderBuffer() if self.options.preserve_ordering else None
 
     # ---- public -------------------------------------------------------------------------------
     @property
@@ -294,7 +137,7 @@ class DynamicBatcher(Scheduler):
             entry.seq = self._seq
             self._seq += 1
             self._order.register(entry.seq, pending.channel)
-            pending.channel = _OrderedChannel(pending.channel, self._order, entry.seq, asyncio.get_running_loop())
+            pending.channel = OrderedChannel(pending.channel, self._order, entry.seq, asyncio.get_running_loop())
         queue.waiting.append(entry)
         self._count += 1
         if timeout > 0:
@@ -432,7 +275,7 @@ class DynamicBatcher(Scheduler):
         """Answer a queued request with an error, outside the ordering."""
         pending = entry.pending
         channel = pending.channel
-        if isinstance(channel, _OrderedChannel):
+        if isinstance(channel, OrderedChannel):
             channel.target.deliver_on_loop(error, True)
             channel._closed = True
             self._order.leave(entry.seq)
