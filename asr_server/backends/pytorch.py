@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 

@@ -178,7 +178,7 @@ def test_triton_parameters_reach_the_compiled_model(tmp_path: Path) -> None:
 
 
 def test_default_threads_are_per_instance(tmp_path: Path) -> None:
-    from asr_server.backends.openvino import DEFAULT_INFERENCE_THREADS
+    from asr_server.backends.openvino_options import DEFAULT_INFERENCE_THREADS
 
     compiled = load(ir_folder(tmp_path, "m", 'backend: "openvino"')).compiled
     assert compiled.get_property("INFERENCE_NUM_THREADS") == DEFAULT_INFERENCE_THREADS
