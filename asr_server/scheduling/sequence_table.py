@@ -65,6 +65,10 @@ class SequenceTable:
                 instance = sequence.instance  # a new START restarts the sequence, on the same instance
                 del self.live[control.id]
                 sequence = None
+            elif sequence is not None:
+                # It queues behind the previous sequence's last steps; an END among them ended that one, not
+                # this one (which the END's completion would otherwise free).
+                sequence.ended = False
             if sequence is None:
                 if len(self.live) >= max_sequences:
                     raise ServerError(f"model '{self.model}' has reached its limit of {max_sequences} live sequences",

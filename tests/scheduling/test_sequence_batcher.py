@@ -439,6 +439,19 @@ async def test_requests_that_belong_to_no_sequence_are_refused(h):
     assert not h.model.ids()[1:] and h.model.ids() == [["80"]]
 
 
+async def test_a_start_right_after_an_end_begins_a_new_sequence_that_lives_on(h):
+    """A client may reuse an id as soon as it has sent END (perf_analyzer's id range wraps): the START that
+    queues behind the END begins a new sequence, which the END must not free."""
+    h.build(STATE)
+    await result(h.send(4, 1.0, start=True))
+    await h.settled()
+    old_end, new_start = h.send(4, 2.0, end=True), h.send(4, 5.0, start=True)
+    assert [await value(old_end), await value(new_start)] == [3.0, 5.0]
+    await h.settled()
+    assert 4 in h.batcher.sequences
+    assert await value(h.send(4, 1.0, end=True)) == 6.0
+
+
 async def test_a_sequence_silent_for_the_idle_time_is_freed(h):
     h.build("max_sequence_idle_microseconds: 200000")
     await result(h.send(3, start=True))
