@@ -1,6 +1,6 @@
 """ASR serving capacity on this machine: offline RTF and paced real-time streams.
 
-    python bench/asr.py [--repo model_repo] [--data tests/data/demo_utts] [--chunk-ms 640]
+    python -m bench.asr [--repo model_repo] [--data tests/data/demo_utts] [--chunk-ms 640]
 
 Starts the server on the model repository in a subprocess (127.0.0.1), then:
 1. offline: every utterance of the data folder through `attention_rescoring` at concurrency 8, reporting
@@ -25,11 +25,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from _server import serve_repository  # noqa: E402  (bench/ is on sys.path when run as a script)
-from offline_floor import offline_floor  # noqa: E402
-from vs_sherpa import cpu_seconds  # noqa: E402
+from bench._server import serve_repository
+from bench.offline_floor import offline_floor
+from bench.vs_sherpa import cpu_seconds
 
 P99_BUDGET_MS = 300.0
 
@@ -111,7 +110,7 @@ def main() -> int:
     args = parser.parse_args()
     items = load_data(args.data)
     if args.scorer_cost:
-        from asr_extras import scorer_cost
+        from bench.asr_extras import scorer_cost
 
         cost = scorer_cost(args.repo, items)
         print("streaming scorer per 640 ms chunk (encoder replayed, batch 1): " + ", ".join(

@@ -1,7 +1,7 @@
 """Issue 18's figures: what DETAILS, hotwords and endpointing cost per chunk, word-timestamp accuracy, endpoint
 delay after a 1 s pause, and a long file in pieces against its parts one by one.
 
-    python bench/asr_extras.py [--repo model_repo] [--skip-server]
+    python -m bench.asr_extras [--repo model_repo] [--skip-server]
 
 1. per-chunk cost (no server): the bundled streaming encoder (ONNX Runtime, batch 1) runs once over the
    held-out utterances; its outputs are replayed through StreamingScorer.step plain, with DETAILS (words and
@@ -31,9 +31,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from _server import serve_repository  # noqa: E402
+from bench._server import serve_repository
 
 RATE = 16000
 CALIBRATE = False  # --calibrate
@@ -332,7 +331,7 @@ def main() -> int:
     args = parser.parse_args()
     global CALIBRATE
     CALIBRATE = args.calibrate
-    from asr import load_data  # bench/asr.py
+    from bench.asr import load_data  # bench/asr.py
 
     items = load_data(args.data)
     cost = scorer_cost(args.repo, items)

@@ -16,7 +16,7 @@ the time a full batch takes to arrive (~max_batch_size / arrival rate): with 2 m
 the ratio at concurrency 32 falls to ~2.4x, 5 ms gives batches of ~25. The price is latency at concurrency 1,
 where every request waits out the delay (as in Triton).
 
-    python bench/batching.py [--seconds 4] [--delay-us 5000] [--instances 0]
+    python -m bench.batching [--seconds 4] [--delay-us 5000] [--instances 0]
 """
 
 from __future__ import annotations
@@ -33,9 +33,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from _server import serve_repository  # noqa: E402  (bench/ is on sys.path when run as a script)
+from bench._server import serve_repository
 
 FEATURES = 256  # input and output width
 MLP_WIDTH = 512  # hidden width

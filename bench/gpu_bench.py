@@ -1,6 +1,6 @@
 """GPU benchmarks for scripts/gpu_check.sh: streaming-encoder chunks/s by batch size, and paced real-time streams.
 
-    python bench/gpu_bench.py [--batches 1,4,16,64] [--streams 8,16,32,64,128,192,256] [--stream-seconds 10]
+    python -m bench.gpu_bench [--batches 1,4,16,64] [--streams 8,16,32,64,128,192,256] [--stream-seconds 10]
         [--deadline-s 300] [--json out.json]
 
 1. Streaming encoder (the bundled model's, TorchScript traced on the GPU from models/demo_en/final.pt):
@@ -29,11 +29,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from _server import serve_repository  # noqa: E402
-from vs_sherpa import OurTranscriber, _paced_streams, load_data  # noqa: E402
+from bench._server import serve_repository
+from bench.vs_sherpa import OurTranscriber, _paced_streams, load_data
 
 MODEL_DIR = ROOT / "models" / "demo_en"
 REPO = ROOT / "model_repo"

@@ -1,6 +1,6 @@
 """Streaming CTC greedy WER of one checkpoint under different fbank front ends (issue 14's accuracy gap).
 
-    python bench/greedy_frontends.py --model-dir models/demo_en --data tests/data/demo_utts [--data DIR ...]
+    python -m bench.greedy_frontends --model-dir models/demo_en --data tests/data/demo_utts [--data DIR ...]
 
 Decodes every utterance whole, through the checkpoint's encoder under the streaming chunk mask (what the
 served streaming_wenet computes chunk by chunk; tests/e2e/test_greedy_streaming_reference.py checks that they
@@ -23,8 +23,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 
 def kaldi_fbank(samples: np.ndarray, snip_edges: bool, high_freq: float) -> np.ndarray:
@@ -59,7 +57,7 @@ def main() -> int:
     from asr_server.asr.decoding.ctc_search import ctc_greedy
     from asr_server.asr.units import SymbolTable, Tokenizer
     from asr_client.report import error_rates
-    from vs_sherpa import load_data
+    from bench.vs_sherpa import load_data
 
     torch.set_num_threads(1)
     loaded = load_model_dir(args.model_dir)

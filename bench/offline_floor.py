@@ -1,6 +1,6 @@
 """The neural floor of the offline `attention_rescoring` pipeline: bare ONNX Runtime doing its work.
 
-    python bench/offline_floor.py [--repo model_repo] [--data tests/data/demo_utts]
+    python -m bench.offline_floor [--repo model_repo] [--data tests/data/demo_utts]
 
 On the same utterances and the repository's own graphs, one thread each (the server's default on this
 machine): encoder.onnx on each utterance's fbank at batch 1, and decoder.onnx on that utterance's real n-best
@@ -19,9 +19,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from vs_sherpa import cpu_seconds  # noqa: E402  (bench/ is on sys.path when run as a script)
+from bench.vs_sherpa import cpu_seconds
 
 
 def _params(repo: Path, model: str) -> dict[str, str]:
@@ -86,7 +85,7 @@ def offline_floor(repo: Path, items, threads: int = 1) -> dict:
 
 
 def main() -> int:
-    from asr import load_data  # bench/asr.py
+    from bench.asr import load_data  # bench/asr.py
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", type=Path, default=ROOT / "model_repo")

@@ -1,6 +1,6 @@
 """The ASR encoders on OpenVINO against onnxruntime, in the same run, through the server's own backends.
 
-    python bench/openvino_vs_ort.py [--repo model_repo] [--threads 1,2] [--batches 1,4,16,64]
+    python -m bench.openvino_vs_ort [--repo model_repo] [--threads 1,2] [--batches 1,4,16,64]
         [--offline-batches 1,4,8] [--offline-seconds 10] [--cell-seconds 1.5] [--no-transcripts] [--json out.json]
 
 1. Streaming encoder: chunks/s by batch size (random chunk features, zero caches: the compute does not depend
@@ -30,14 +30,12 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from asr_server.backends.openvino import OpenVINOBackend  # noqa: E402  (first: keeps openvino's telemetry off)
-from asr_server.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
-from asr_server.backends.base import ModelContext  # noqa: E402
-from asr_server.openvino_repo import rewrite_repository  # noqa: E402
-from asr_server.repository import available_versions, complete_config, read_config  # noqa: E402
+from asr_server.backends.onnxruntime import OnnxRuntimeBackend
+from asr_server.backends.base import ModelContext
+from asr_server.openvino_repo import rewrite_repository
+from asr_server.repository import available_versions, complete_config, read_config
 
 ENCODER_FRAME_S = 0.04  # one encoder output frame: 4x subsampling of 10 ms fbank frames (the demo model)
 FBANK_FRAME_S = 0.01
@@ -154,7 +152,7 @@ async def transcribe_all(port: int, items) -> tuple[list[str], list[str]]:
 
 
 def transcripts(repo: Path, items) -> tuple[list[str], list[str]]:
-    from _server import serve_repository
+    from bench._server import serve_repository
 
     ctx = mp.get_context("spawn")
     ports = ctx.Queue()
@@ -211,7 +209,7 @@ def main() -> int:
         result: dict = {"rows": rows}
         print(table(rows))
         if not args.no_transcripts:
-            from vs_sherpa import load_data
+            from bench.vs_sherpa import load_data
 
             items = load_data(ROOT / "tests" / "data" / "demo_utts")
             ort_texts = transcripts(onnx_repo, items)

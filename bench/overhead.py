@@ -6,7 +6,7 @@ identity model, convert back), the echo server by returning the input bytes from
 Prints p50/p99 latency and requests/s at concurrency 1 (sync client) and the p50 ratio (target <= 1.5x).
 The two servers are measured in alternating blocks of 100 requests, so background load hits both alike.
 
-    python bench/overhead.py [--requests 2000]
+    python -m bench.overhead [--requests 2000]
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from _server import serve_repository  # noqa: E402  (bench/ is on sys.path when run as a script)
+from bench._server import serve_repository
 
 CONFIG = """
 name: "identity"

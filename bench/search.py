@@ -1,6 +1,6 @@
 """CTC prefix beam search speed: compiled kernel vs the plain-Python reference, same run.
 
-    python bench/search.py [--frames 250] [--vocab 5000] [--beam 10] [--repeats 20]
+    python -m bench.search [--frames 250] [--vocab 5000] [--beam 10] [--repeats 20]
 
 Defaults: T=250 encoder frames at 40 ms = 10 s of audio, V=5000, beam 10, top-k 10. Two
 kinds of random posteriors: "flat" (a new token wins almost every frame: long prefixes,
@@ -19,9 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asr_server.asr.decoding.ctc_search import (  # noqa: E402
+from asr_server.asr.decoding.ctc_search import (
     IMPLEMENTATION,
     CtcPrefixBeamSearch,
     SearchOptions,

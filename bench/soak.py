@@ -1,6 +1,6 @@
 """Soak test: many streams with faults around them for a bounded time; nothing may be lost.
 
-    python bench/soak.py --minutes 1 --streams 8 [--repo model_repo] [--data tests/data/demo_utts] [--seed 0]
+    python -m bench.soak --minutes 1 --streams 8 [--repo model_repo] [--data tests/data/demo_utts] [--seed 0]
 
 Starts our server on the model repository (explicit model control, every model loaded) in a subprocess on
 free 127.0.0.1 ports, and stops it at the end. For --minutes:
@@ -42,7 +42,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 SAMPLE_RATE = 16000
 REFERENCE_CHUNK = 10240  # 640 ms: the reference streaming run

@@ -1,6 +1,6 @@
 """CPU cost of the streaming pipeline under a fixed load, and where it goes.
 
-    python bench/stream_cpu.py [--repo model_repo] [--streams 32] [--seconds 12] [--profile out.txt]
+    python -m bench.stream_cpu [--repo model_repo] [--streams 32] [--seconds 12] [--profile out.txt]
 
 Starts our server on the repository in a subprocess (127.0.0.1), runs S paced real-time streams (640 ms
 chunks, demo utterances back to back, starts staggered over one chunk) for about --seconds of audio each, and
@@ -24,10 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from _server import serve_repository  # noqa: E402
-from vs_sherpa import cpu_seconds, load_data, ours_paced  # noqa: E402
+from bench._server import serve_repository
+from bench.vs_sherpa import cpu_seconds, load_data, ours_paced
 
 
 def thread_cpu(pid: int) -> collections.Counter:

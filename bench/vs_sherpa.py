@@ -1,6 +1,6 @@
 """Paced real-time streams per machine: this server vs sherpa-onnx's C++ websocket server, same weights.
 
-    python bench/vs_sherpa.py --model-dir models/demo_en [--data tests/data/demo_utts] [--seconds 8]
+    python -m bench.vs_sherpa --model-dir models/demo_en [--data tests/data/demo_utts] [--seconds 8]
 
 1. exports DIR once with scripts/export_onnx.py --sherpa (our graphs + sherpa/model.onnx, sherpa/tokens.txt)
    and builds two model repositories from the same graphs with scripts/build_model_repo.py: "rescore" (CTC
@@ -42,10 +42,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from _server import serve_repository  # noqa: E402
+from bench._server import serve_repository
 
 P99_BUDGET_MS = 300.0
 SAMPLE_RATE = 16000
@@ -419,7 +417,8 @@ def plot(rows: dict, best: dict, path: Path, title: str) -> None:
 
 
 def in_private_netns(argv: list[str]) -> str | None:
-    """Re-run this script inside `unshare -n` with loopback up; returns why not, or never returns."""
+    """Re-run this module (``argv``: the interpreter's arguments) inside `unshare -n` with loopback up;
+    returns why not, or never returns."""
     if os.environ.get(IN_NETNS_ENV):
         return None
     if shutil.which("unshare") is None or shutil.which("ip") is None:
@@ -456,7 +455,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="write every row here")
     args = parser.parse_args()
     modes = args.modes.split(",")
-    why_not = in_private_netns(sys.argv) if "sherpa" in modes else None
+    why_not = in_private_netns(["-m", __spec__.name, *sys.argv[1:]]) if "sherpa" in modes else None
     t0 = time.monotonic()
     exe = shutil.which(SHERPA_SERVER) or str(Path(sys.executable).parent / SHERPA_SERVER)
     if why_not is None and "sherpa" in modes and not Path(exe).exists():

@@ -11,7 +11,7 @@ With --perf-analyzer (fetched by `bash scripts/get_perf_analyzer.sh`), NVIDIA's 
 the same pairs too, also alternating. Prints p50/p99 latency and infer/s at each concurrency, and the ratios.
 Fetch Triton first: `bash scripts/get_triton.sh`.
 
-    python bench/vs_triton.py [--requests 2000] [--concurrency 1 8] [--perf-analyzer]
+    python -m bench.vs_triton [--requests 2000] [--concurrency 1 8] [--perf-analyzer]
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from typing import Callable
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from tests.helpers import real_triton as rt  # noqa: E402
+from tests.helpers import real_triton as rt
 
 BLOCK = 200  # requests per measurement block (per server, per concurrency)
 WARMUP = 200  # requests before measuring, per target

@@ -9,7 +9,7 @@ is asr_server with its native onnxruntime backend. Each request is one held-out 
 transcript, and send the next. Servers are measured in alternating blocks so background load hits all alike.
 Prints p50/p99 latency, utterances/s and the real-time factor (audio seconds per wall second), then ratios.
 
-    python bench/vs_triton_asr.py [--requests 240] [--concurrency 1 8]
+    python -m bench.vs_triton_asr [--requests 240] [--concurrency 1 8]
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from asr_client.audio import load_audio  # noqa: E402
-from tests.helpers import real_triton as rt  # noqa: E402
-from tests.helpers.asr_repos import exported, offline_repo  # noqa: E402
+from asr_client.audio import load_audio
+from tests.helpers import real_triton as rt
+from tests.helpers.asr_repos import exported, offline_repo
 
 DATA = ROOT / "tests" / "data" / "demo_utts"
 BLOCK = 24  # requests per measurement block (per row, per concurrency)

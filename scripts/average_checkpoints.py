@@ -19,9 +19,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asr_server.asr.nn.checkpoint import load_model_dir  # noqa: E402
+from asr_server.asr.nn.checkpoint import load_model_dir
 
 
 def read_state(path: Path) -> dict[str, torch.Tensor]:

@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from asr_server.gpu_profiles import (Profile, derive_profiles, load_config, parse_shape_overrides,  # noqa: E402
+from asr_server.gpu_profiles import (Profile, derive_profiles, load_config, parse_shape_overrides,
                                      trtexec_shapes)
 
 MODELS = ("encoder", "streaming_encoder", "decoder")

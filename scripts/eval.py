@@ -28,13 +28,11 @@ import numpy as np
 import soundfile as sf
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asr_server.asr.nn.checkpoint import LoadedModel, load_model_dir  # noqa: E402
-from asr_server.asr.decoding import ctc_search  # noqa: E402
-from asr_server.asr.decoding import rescoring  # noqa: E402
-from asr_server.asr.features.fbank import fbank  # noqa: E402
-from asr_client.inputs import collect_utterances  # noqa: E402
+from asr_server.asr.nn.checkpoint import LoadedModel, load_model_dir
+from asr_server.asr.decoding import ctc_search
+from asr_server.asr.decoding import rescoring
+from asr_server.asr.features.fbank import fbank
+from asr_client.inputs import collect_utterances
 
 
 def edit_distance(ref: list[str], hyp: list[str]) -> int:

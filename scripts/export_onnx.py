@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from asr_server.asr.nn.checkpoint import load_model_dir  # noqa: E402
-from asr_server.asr.export.graphs import ExportMismatch, ExportOptions, export_all  # noqa: E402
+from asr_server.asr.nn.checkpoint import load_model_dir
+from asr_server.asr.export.graphs import ExportMismatch, ExportOptions, export_all
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,12 +37,9 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from asr_data import augment, text_sources, textgen, voices  # noqa: E402
-from asr_data.manifest import Manifest, export_kaldi, read_rows, summary  # noqa: E402
-from asr_data.text_sources import Line  # noqa: E402
+from asr_data import augment, text_sources, textgen, voices
+from asr_data.manifest import Manifest, export_kaldi, read_rows, summary
+from asr_data.text_sources import Line
 
 ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
 SPLIT_ORDER = ("test_template", "test_digits", "test_open", "test_heldout_voice", "train")

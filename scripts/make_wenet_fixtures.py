@@ -1,7 +1,6 @@
 """Generate tests/fixtures/wenet/ by running WeNet's own code on tiny random models.
 
     python scripts/make_wenet_fixtures.py --wenet /path/to/wenet-checkout [--out tests/fixtures/wenet]
-        [--extra-path DIR_WITH_ONNXMLTOOLS]
 
 WeNet is imported from the checkout given on the command line (nothing of it is copied into this project). Only
 its model code runs; the imports it makes for training/data (torchaudio, librosa, whisper, deepspeed, ...) are
@@ -29,7 +28,7 @@ ONNX Runtime loads them (FP16_FAILED.txt says why not). ``onnx_tiny/served.npz``
 WeNet's decode of its fbank, for the served-pipeline test.
 
 The fp16 export needs onnxmltools and onnxconverter-common (``pip install --target DIR onnxmltools
-onnxconverter-common``, then ``--extra-path DIR``). Output is deterministic: rerunning rewrites the same bytes.
+onnxconverter-common``, then run this script with ``PYTHONPATH=DIR``). Output is deterministic: rerunning rewrites the same bytes.
 """
 
 from __future__ import annotations
@@ -393,7 +392,6 @@ def served_fixture(model, conf: dict, folder: Path) -> None:
     features the served pipelines compute), offline and simulate_streaming."""
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from asr_server.asr.features.fbank import FbankConfig, fbank
 
     rng = np.random.default_rng(11)
@@ -504,12 +502,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--wenet", type=Path, required=True, help="a WeNet checkout (the folder holding wenet/)")
     p.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "wenet")
-    p.add_argument("--extra-path", type=Path, action="append", default=[],
-                   help="put this folder on sys.path (e.g. where onnxmltools is installed, for the fp16 export)")
     p.add_argument("--only", action="append", help="configurations to (re)generate (default: all)")
     args = p.parse_args()
-    for extra in args.extra_path:
-        sys.path.insert(0, str(extra))
     import torch
 
     torch.set_num_threads(1)

@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from asr_server.openvino_repo import ENCODER_MODELS, rewrite_repository  # noqa: E402
+from asr_server.openvino_repo import ENCODER_MODELS, rewrite_repository
 
 
 def main(argv: list[str] | None = None) -> int:

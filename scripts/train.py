@@ -27,16 +27,14 @@ import numpy as np
 import soundfile as sf
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from asr_server.asr.nn.checkpoint import save_model_dir  # noqa: E402
-from asr_server.asr.features.cmvn import CmvnStats, load_cmvn, save_json_cmvn  # noqa: E402
-from asr_server.asr.features.fbank import FbankConfig, fbank  # noqa: E402
-from asr_server.asr.nn.model import IGNORE_ID, ModelConfig, U2Model, count_parameters  # noqa: E402
-from asr_server.asr.nn.decoder import DecoderConfig  # noqa: E402
-from asr_server.asr.nn.encoder import EncoderConfig, GlobalCMVN  # noqa: E402
-from asr_server.asr.training.restricted_ctc import earliest_emission_frames  # noqa: E402
-from asr_server.asr.units import SymbolTable, Tokenizer, bpe_units, train_bpe  # noqa: E402
+from asr_server.asr.nn.checkpoint import save_model_dir
+from asr_server.asr.features.cmvn import CmvnStats, load_cmvn, save_json_cmvn
+from asr_server.asr.features.fbank import FbankConfig, fbank
+from asr_server.asr.nn.model import IGNORE_ID, ModelConfig, U2Model, count_parameters
+from asr_server.asr.nn.decoder import DecoderConfig
+from asr_server.asr.nn.encoder import EncoderConfig, GlobalCMVN
+from asr_server.asr.training.restricted_ctc import earliest_emission_frames
+from asr_server.asr.units import SymbolTable, Tokenizer, bpe_units, train_bpe
 
 # Arguments that define the network and its loss (train.yaml); --finalize takes them from the checkpoint.
 MODEL_ARGS = ("d_model", "heads", "ffn", "blocks", "dec_blocks", "kernel", "ctc_weight", "reverse_weight", "dropout")

@@ -91,6 +91,7 @@ def frozen_text(root: Path) -> None:
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed "
                     "(bash scripts/get_tts_voices.sh installs it)")
 def test_a_resumed_run_makes_the_same_corpus_as_an_uninterrupted_one(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # gen_corpus imports make_corpus, as run from scripts/
     gen = load_gen()
     monkeypatch.setattr(gen.signal, "signal", lambda *a: None)  # leave pytest's handlers alone
     monkeypatch.setattr(gen.voices, "_kokoro_names", lambda: [])

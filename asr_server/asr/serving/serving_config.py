@@ -6,9 +6,10 @@ The model folders' config.pbtxt carry everything the python models need as strin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..decoding.endpoint import EndpointRules
 from ..decoding.hotwords import Hotwords
@@ -109,3 +110,36 @@ def window_config(params: Mapping[str, str]) -> WindowConfig:
         subsampling=int(params.get("subsampling_rate", 4)),
         right_context=int(params.get("right_context", 6)),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSetup:
+    """What a feature extractor (feature_extractor, streaming_feature_extractor) reads from its config."""
+
+    params: dict[str, str]  # the config's parameters
+    config: FbankConfig
+    compute_fbank: Callable  # list of waveforms -> list of (frames, num_mel_bins) arrays, on the instance's device
+
+
+def feature_setup(args: Mapping[str, str]) -> FeatureSetup:
+    """The feature extractors' initialize(): Triton's ``args`` -> fbank settings and the batch fbank function."""
+    params = parameters(args)
+    config = fbank_config(params)
+    return FeatureSetup(params, config, fbank_computer(args, params, config))
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderSetup:
+    """What a decoding model (scoring, wenet) reads from its config."""
+
+    params: dict[str, str]  # the config's parameters
+    tokenizer: Tokenizer
+    settings: DecodingSettings
+    hotwords: Hotwords  # the model's own list (a request's ``hotwords`` parameter replaces it)
+
+
+def decoder_setup(args: Mapping[str, str]) -> DecoderSetup:
+    """The decoding models' initialize(): Triton's ``args`` -> tokenizer, decoding settings and hotwords."""
+    params = parameters(args)
+    tok = tokenizer(args, params)
+    return DecoderSetup(params, tok, decoding_settings(params, tok.symbols), hotwords(args, params, tok))

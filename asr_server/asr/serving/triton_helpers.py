@@ -9,11 +9,31 @@ from __future__ import annotations
 import numpy as np
 
 
-def control(request, name: str):
-    """The scalar value of a sequence control input (START, END, CORRID, ...)."""
+def input_array(request, name: str) -> np.ndarray:
+    """The request's input tensor ``name`` as numpy."""
     import triton_python_backend_utils as pb_utils
 
-    return pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0]
+    return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+
+
+def control(request, name: str):
+    """The scalar value of a sequence control input (START, END, CORRID, ...)."""
+    return input_array(request, name).reshape(-1)[0]
+
+
+def error_response(message: str, code: str = "INVALID_ARG"):
+    """A response that fails this request alone; ``code``: a ``TritonError`` code name (``None``: Triton's
+    default, INTERNAL)."""
+    import triton_python_backend_utils as pb_utils
+
+    if code is None:
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, code)))
+
+
+def cancelled_response():
+    """The answer to a request the client cancelled (its sequence's state is dropped by the caller)."""
+    return error_response("request cancelled", "CANCELLED")
 
 
 def run_decoder(inputs, encoder_out: np.ndarray, lengths: np.ndarray, model_name: str = "decoder") -> np.ndarray:

@@ -8,15 +8,15 @@ the instance's GPU when the instance group is KIND_GPU; kaldifeat must be instal
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from asr_server.asr.serving import serving_config
 from asr_server.asr.features.fbank import checked_waveform
+from asr_server.asr.serving import serving_config
+from asr_server.asr.serving.triton_helpers import error_response, input_array
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        params = serving_config.parameters(args)
-        self.config = serving_config.fbank_config(params)
-        self.compute_fbank = serving_config.fbank_computer(args, params, self.config)
+        setup = serving_config.feature_setup(args)
+        params, self.config, self.compute_fbank = setup.params, setup.config, setup.compute_fbank
         # The encoder's subsampling needs this many frames; shorter audio is padded (its speech_lengths stay
         # true, so it decodes to an empty transcript instead of failing in the encoder).
         self.min_frames = int(params.get("min_frames", 7))
@@ -25,8 +25,8 @@ class TritonPythonModel:
     def execute(self, requests):
         waves, errors = [], {}
         for i, request in enumerate(requests):
-            wav = pb_utils.get_input_tensor_by_name(request, "wav").as_numpy()  # (B, N) float in [-1, 1]
-            lens = pb_utils.get_input_tensor_by_name(request, "wav_lens").as_numpy().reshape(-1)
+            wav = input_array(request, "wav")  # (B, N) float in [-1, 1]
+            lens = input_array(request, "wav_lens").reshape(-1)
             try:
                 for b in range(wav.shape[0]):  # refused before any fbank: memory stays bounded per request
                     reason = serving_config.too_long(int(lens[b]), self.max_samples, self.config)
@@ -34,7 +34,7 @@ class TritonPythonModel:
                         raise ValueError(reason)
                 waves.append([checked_waveform(wav[b], int(lens[b])) for b in range(wav.shape[0])])
             except ValueError as exc:  # this request fails alone
-                errors[i] = pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)
+                errors[i] = error_response(str(exc))
                 waves.append([])
         # every utterance of every request in one call (kaldifeat batches them on the device)
         flat = iter(self.compute_fbank([w for batch in waves for w in batch]))
@@ -43,7 +43,7 @@ class TritonPythonModel:
         responses = []
         for i, batch in enumerate(feats):
             if i in errors:
-                responses.append(pb_utils.InferenceResponse(error=errors[i]))
+                responses.append(errors[i])
                 continue
             speech = np.zeros((len(batch), longest, self.config.num_mel_bins), dtype=np.float32)
             for b, f in enumerate(batch):

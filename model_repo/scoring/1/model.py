@@ -13,20 +13,18 @@ import triton_python_backend_utils as pb_utils
 from asr_server.asr.serving import serving_config
 from asr_server.asr.decoding.details import DETAILS, encode, wants_details
 from asr_server.asr.serving.pipeline import OfflineScorer
-from asr_server.asr.serving.triton_helpers import run_decoder
+from asr_server.asr.serving.triton_helpers import error_response, input_array, run_decoder
 
 class TritonPythonModel:
     def initialize(self, args):
-        params = serving_config.parameters(args)
-        tokenizer = serving_config.tokenizer(args, params)
-        self.scorer = OfflineScorer(tokenizer, serving_config.decoding_settings(params, tokenizer.symbols),
-                                    serving_config.hotwords(args, params, tokenizer))
+        setup = serving_config.decoder_setup(args)
+        self.scorer = OfflineScorer(setup.tokenizer, setup.settings, setup.hotwords)
 
     def execute(self, requests):
         responses = []
         for request in requests:
             def get(name):
-                return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+                return input_array(request, name)
 
             want = DETAILS in request.requested_output_names()
             parameters = json.loads(request.parameters() or "{}")  # details; hotwords, hotwords_score
@@ -36,8 +34,7 @@ class TritonPythonModel:
                     get("batch_log_probs_idx"), run_decoder, details=want and wants_details(parameters),
                     parameters=parameters)
             except ValueError as exc:  # a bad hotwords parameter: this request fails alone
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG)))
+                responses.append(error_response(str(exc)))
                 continue
             out = np.array([[t.encode("utf-8")] for t, _ in results], dtype=np.object_)
             tensors = [pb_utils.Tensor("OUTPUT0", out)]

@@ -9,18 +9,17 @@ for KIND_GPU).
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from asr_server.asr.serving import serving_config
 from asr_server.asr.features.fbank import checked_waveform
+from asr_server.asr.serving import serving_config
 from asr_server.asr.serving.pipeline import StreamingFeatures
-from asr_server.asr.serving.triton_helpers import control
+from asr_server.asr.serving.triton_helpers import cancelled_response, control, error_response, input_array
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        params = serving_config.parameters(args)
-        config = serving_config.fbank_config(params)
-        self.features = StreamingFeatures(config, float(params.get("idle_seconds", 5.0)),
-                                          serving_config.fbank_computer(args, params, config))
+        setup = serving_config.feature_setup(args)
+        self.features = StreamingFeatures(setup.config, float(setup.params.get("idle_seconds", 5.0)),
+                                          setup.compute_fbank)
 
     def execute(self, requests):
         responses = [None] * len(requests)
@@ -29,16 +28,14 @@ class TritonPythonModel:
             key = int(control(request, "CORRID"))
             if request.is_cancelled():
                 self.features.drop(key)
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED))
+                responses[i] = cancelled_response()
                 continue
-            wav = pb_utils.get_input_tensor_by_name(request, "wav").as_numpy()
-            n = int(pb_utils.get_input_tensor_by_name(request, "wav_lens").as_numpy().reshape(-1)[0])
+            wav = input_array(request, "wav")
+            n = int(input_array(request, "wav_lens").reshape(-1)[0])
             try:
                 samples = checked_waveform(wav[0], n)
             except ValueError as exc:  # this chunk fails alone; the sequence keeps its state
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
+                responses[i] = error_response(str(exc))
                 continue
             chunks.append((key, samples, bool(control(request, "START")), bool(control(request, "END"))))
             where.append(i)

@@ -15,7 +15,7 @@ import triton_python_backend_utils as pb_utils
 from asr_server.asr.serving import serving_config
 from asr_server.asr.decoding.details import DETAILS, encode
 from asr_server.asr.serving.pipeline import EncoderResult, StreamChunk, StreamFailed, StreamingScorer
-from asr_server.asr.serving.triton_helpers import control, run_decoder
+from asr_server.asr.serving.triton_helpers import cancelled_response, control, error_response, input_array, run_decoder
 
 ENCODER = "streaming_encoder"
 ENCODER_OUTPUTS = ["log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens"]
@@ -42,12 +42,11 @@ def encode_one(job):
 
 class TritonPythonModel:
     def initialize(self, args):
-        params = serving_config.parameters(args)
-        tokenizer = serving_config.tokenizer(args, params)
+        setup = serving_config.decoder_setup(args)
+        params = setup.params
         self.scorer = StreamingScorer(
-            tokenizer, serving_config.decoding_settings(params, tokenizer.symbols),
-            serving_config.window_config(params), int(params.get("num_mel_bins", 80)),
-            int(params["encoder_output_size"]), serving_config.hotwords(args, params, tokenizer))
+            setup.tokenizer, setup.settings, serving_config.window_config(params),
+            int(params.get("num_mel_bins", 80)), int(params["encoder_output_size"]), setup.hotwords)
         self.pool = concurrent.futures.ThreadPoolExecutor(MAX_PARALLEL_BLS, thread_name_prefix="wenet-bls")
 
     def run_encoder(self, jobs):
@@ -62,11 +61,10 @@ class TritonPythonModel:
             key = int(control(request, "CORRID"))
             if request.is_cancelled():
                 self.scorer.drop(key)
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED))
+                responses[i] = cancelled_response()
                 continue
-            speech = pb_utils.get_input_tensor_by_name(request, "speech").as_numpy()
-            n = int(pb_utils.get_input_tensor_by_name(request, "speech_lengths").as_numpy().reshape(-1)[0])
+            speech = input_array(request, "speech")
+            n = int(input_array(request, "speech_lengths").reshape(-1)[0])
             # parameters: `details` and the endpoint rules (see asr_server.asr.serving.pipeline.StreamChunk)
             chunks.append(StreamChunk(key, speech[0, :n], bool(control(request, "START")),
                                       bool(control(request, "END")), json.loads(request.parameters() or "{}"),
@@ -82,7 +80,7 @@ class TritonPythonModel:
             details = self.scorer.last_details or [None] * len(texts)
             for i, text, info in zip(slots, texts, details):
                 if isinstance(text, StreamFailed):
-                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(text.message))
+                    responses[i] = error_response(text.message, code=None)
                     continue
                 # A scalar, as WeNet's model returns it: with the config's `reshape { shape: [ ] }` clients see
                 # TRANSCRIPTS as [1], which WeNet's streaming client reads with `as_numpy(...)[0].decode()`.
