@@ -13,7 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from asr_server.analyzer.objectives import Measured
+
 VERSION = 1
+CONFIRM = "#confirm"  # load keys of the confirmation rounds: "<load>#confirm<round>"
 
 
 @dataclass
@@ -34,6 +37,11 @@ class Record:
     memory_mb: Optional[float] = None
     streams: int = 0
     error: str = ""
+
+    def measured(self) -> Measured:
+        """The numbers an objective reads from this record."""
+        return Measured(throughput=self.throughput, p99_ms=self.p99_ms, memory_mb=self.memory_mb,
+                        streams=self.streams, error=self.error)
 
 
 @dataclass

@@ -21,7 +21,8 @@ from typing import Optional, Sequence
 
 from asr_server.analyzer import objectives, perf
 from asr_server.analyzer.objectives import Constraints
-from asr_server.analyzer.run import BRUTE, HILL, Analyzer, AnalyzerOptions
+from asr_server.analyzer.options import BRUTE, HILL, AnalyzerOptions
+from asr_server.analyzer.run import Analyzer
 from asr_server.analyzer.variants import KNOBS, PREFERRED_BATCH_SIZE
 
 

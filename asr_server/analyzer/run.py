@@ -1,6 +1,6 @@
 """The analysis loop: candidates from a search, loaded on the server, measured at every load point, ranked.
 
-    Analyzer(options).run() -> Summary
+    Analyzer(options).run() -> Summary          (options.py: AnalyzerOptions and Summary)
 
 Output folder (Model Analyzer's layout where it has one):
     results/metrics-model-inference.csv
@@ -8,94 +8,31 @@ Output folder (Model Analyzer's layout where it has one):
     best_model_repository/<model>/...                            the best configuration, ready to serve
     reports/summary.html, reports/throughput_vs_latency.png
     checkpoints/0.ckpt                                           (unless --checkpoint says otherwise)
+The outputs are written by outputs.py; this module plans, loads, measures and confirms.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
 import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.analyzer import audio_data, objectives, perf, results, report, search
-from asr_server.analyzer.checkpoint import Checkpoint, Record
-from asr_server.analyzer.objectives import Constraints, Measured
+from asr_server.analyzer import audio_data, objectives, perf, search
+from asr_server.analyzer.checkpoint import CONFIRM, Checkpoint, Record
+from asr_server.analyzer.objectives import Measured
+from asr_server.analyzer.options import BRUTE, HILL, AnalyzerOptions, Summary
+from asr_server.analyzer.outputs import write_outputs
 from asr_server.analyzer.search import SHIPPED, Candidate, Coordinate
 from asr_server.analyzer.server import LocalServer, ModelControl, RemoteServer
-from asr_server.analyzer.variants import (Variant, apply_variant, instance_group_text, is_sequence, knobs_for,
-                                          shipped_value, to_pbtxt)
+from asr_server.analyzer.variants import Variant, apply_variant, is_sequence, knobs_for, shipped_value, to_pbtxt
 
 log = logging.getLogger("asr_model_analyzer")
 ENSEMBLE = "ensemble"
-BRUTE, HILL = "brute", "hill"
 WARM_UP_STREAMS, WARM_UP_SECONDS = 4, 2.0  # paced warm-up after a load: streams, audio seconds each
-CONFIRM = "#confirm"  # load keys of the confirmation rounds: "<load>#confirm<round>"
-
-
-@dataclass(frozen=True)
-class AnalyzerOptions:
-    model: str  # the model or ensemble to analyse
-    export_path: Path  # where results, configs and the report go
-    repository: Optional[Path] = None  # start our server on a copy of this repository (and read configs here)
-    url: Optional[str] = None  # else: a running server with --model-control-mode=explicit
-    bls_composing_models: tuple[str, ...] = ()  # models the tuned ones call (BLS): searched and loaded too
-    grid: dict = field(default_factory=dict)  # {"*" or model: {knob: (values...)}}
-    search: str = HILL  # "brute": every grid point; "hill": hill climbing from the shipped config
-    max_candidates: int = 12  # configurations measured at most (the shipped one included)
-    min_gain: float = 0.02  # hill climbing moves only for a relative gain above this
-    objective: str = objectives.THROUGHPUT
-    constraints: Constraints = Constraints()
-    concurrency: tuple[int, ...] = (1, 4)  # perf_analyzer load points (sequences for sequence models)
-    request_rate: tuple[float, ...] = ()  # perf_analyzer request rates instead of concurrencies
-    paced_streams: tuple[int, ...] = (2, 4, 8)  # paced_streams objective: stream counts, ascending
-    paced_seconds: float = 10.0  # audio per paced stream at each point
-    chunk_ms: float = 640.0  # streaming chunk length (perf_analyzer data and paced streams)
-    audio: Optional[Path] = None  # real audio for WAV/WAV_LENS inputs (a Kaldi-style folder or audio files)
-    audio_limit: int = 6  # utterances taken from `audio`
-    shape: tuple[str, ...] = ()  # perf_analyzer --shape NAME:dims for variable-size inputs
-    input_data: Optional[Path] = None  # a ready perf_analyzer --input-data file
-    sequence_length: Optional[int] = None  # perf_analyzer --sequence-length without audio data
-    perf: Optional[perf.PerfSettings] = None
-    checkpoint: Optional[Path] = None
-    # Rounds in which the shipped and the best config are measured again, alternately, after the search: on
-    # shared cores one measurement can be off by 10-25 %, so the comparison quoted is the median of these.
-    confirm_rounds: int = 0
-    progress: bool = True
-
-    def __post_init__(self):
-        if (self.repository is None) == (self.url is None):
-            raise ValueError("give a model repository (our server is started) or the url of a running server")
-        if self.search not in (BRUTE, HILL):
-            raise ValueError(f"search must be '{BRUTE}' or '{HILL}'")
-        if self.objective not in objectives.OBJECTIVES:
-            raise ValueError(f"objective must be one of {objectives.OBJECTIVES}")
-        if self.objective == objectives.PACED_STREAMS:
-            if self.audio is None or not self.paced_streams:
-                raise ValueError("the paced_streams objective needs --audio and --paced-streams")
-        elif not (self.concurrency or self.request_rate):
-            raise ValueError("give --concurrency or --request-rate load points")
-        if self.max_candidates < 1:
-            raise ValueError("max_candidates must be at least 1")
-
-
-@dataclass(frozen=True)
-class Summary:
-    best: Candidate
-    best_name: str
-    best_score: tuple
-    shipped_score: tuple
-    csv_path: Path
-    report_path: Path
-    best_repository: Path
-    confirmation: dict  # {"shipped"|"best": {load: (median infer/s, median p99 ms, rounds)}}, when confirmed
-    measured_points: int  # measured in this run (not taken from the checkpoint)
-    resumed_points: int  # taken from the checkpoint
 
 
 class Analyzer:
@@ -271,13 +208,13 @@ class Analyzer:
                 self.bar.update(1)
             records.append(record)
             # Paced streams go up in count until one fails: more streams will not do better.
-            if self.o.objective == objectives.PACED_STREAMS and not self.o.constraints.satisfied(_measured(record)):
+            if self.o.objective == objectives.PACED_STREAMS and not self.o.constraints.satisfied(record.measured()):
                 break
         if candidate == SHIPPED and records and all(r.error for r in records):
             # Nothing can be compared with a baseline that does not run: stop rather than sweep errors.
             raise RuntimeError(f"the shipped configuration of '{self.o.model}' failed to measure: {records[0].error}"
                                f" (fix it, then remove {self.checkpoint.path} if it recorded the failure)")
-        key = objectives.score(self.o.objective, self.o.constraints, (_measured(r) for r in records))
+        key = objectives.score(self.o.objective, self.o.constraints, (r.measured() for r in records))
         self.scores[candidate.key()] = key
         log.info("%s (%s): %s", self.config_path(candidate), candidate.describe(), key)
         return key
@@ -363,7 +300,7 @@ class Analyzer:
         finally:
             if self.bar is not None:
                 self.bar.close()
-        return self._write_outputs(best, best_key, confirmation)
+        return write_outputs(self, best, best_key, confirmation)
 
     def _confirmed(self, confirmation: dict) -> bool:
         """Whether the best's confirmed medians rank above the shipped config's."""
@@ -398,102 +335,3 @@ class Analyzer:
                         samples[label].setdefault(load_key, []).append((record.throughput, record.p99_ms))
         return {label: {load: (statistics.median(t for t, _ in v), statistics.median(p for _, p in v), len(v))
                         for load, v in loads.items()} for label, loads in samples.items()}
-
-    # ---- outputs --------------------------------------------------------------------------------------
-    def _rows(self) -> list[tuple[tuple, results.Row]]:
-        rows = []
-        for key, candidate in self.candidates.items():
-            # The cells show what ran: the server's completed config (onnxruntime gets 2 CPU instances by default)
-            configs = [apply_variant(self.effective[m], candidate.variant(m)) for m in self.tuned]
-            for record in (r for r in self.checkpoint.records if r.candidate == key and CONFIRM not in r.load):
-                m = _measured(record)
-                load = (f"{record.request_rate:g}" if record.request_rate is not None else str(record.concurrency))
-                rows.append(((self.o.constraints.satisfied(m), objectives.value(self.o.objective, m)), results.Row(
-                    model=self.o.model, batch=self.workload.batch_size, load=load,
-                    config_path=self.config_path(candidate),
-                    instance_group=",".join(instance_group_text(c) for c in configs),
-                    max_batch_size=",".join(str(c.max_batch_size) for c in configs),
-                    satisfies=self.o.constraints.satisfied(m), throughput=record.throughput, p99_ms=record.p99_ms,
-                    avg_ms=record.avg_ms, p95_ms=record.p95_ms, memory_mb=record.memory_mb,
-                    final_p99_ms=record.final_p99_ms, generator=record.generator if not record.error
-                    else f"{record.generator} (error: {record.error[:120]})")))
-        rows.sort(key=lambda kr: kr[0], reverse=True)
-        return rows
-
-    def _write_best_repository(self, best: Candidate) -> Path:
-        out = self.export / "best_model_repository"
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True)
-        models = {m: self.config_of(m, best.variant(m)) for m in self.tuned}
-        top = self.ensemble_config(best)
-        if top is not None:
-            models[self.o.model] = top
-        for name, config in models.items():
-            folder = out / name
-            if self.o.repository is not None:
-                _link_tree(Path(self.o.repository) / name, folder)
-                (folder / "config.pbtxt").unlink(missing_ok=True)
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "config.pbtxt").write_text(to_pbtxt(config))
-        return out
-
-    def _write_outputs(self, best: Candidate, best_key: tuple, confirmation: dict) -> Summary:
-        rows = self._rows()
-        csv_path = results.write_csv([r for _, r in rows], self.export / "results" / results.FILENAME,
-                                     request_rate=bool(self.o.request_rate)
-                                     and self.o.objective != objectives.PACED_STREAMS)
-        best_repo = self._write_best_repository(best)
-        ranked = []
-        for key, candidate in self.candidates.items():
-            recs = [r for r in self.checkpoint.records
-                    if r.candidate == key and not r.error and CONFIRM not in r.load]
-            score = self.scores.get(key, (0, 0.0))
-            ranked.append((score, report.CandidateSummary(
-                name=self.config_path(candidate), description=candidate.describe(),
-                points=tuple((r.load, r.p99_ms, r.throughput) for r in recs), satisfies=score[0] == 1,
-                score=f"{score[1]:.2f}" if score[0] == 1 else "no point meets the constraints",
-                shipped=candidate == SHIPPED, best=candidate == best)))
-        ranked.sort(key=lambda sr: sr[0], reverse=True)
-        summaries = [s for _, s in ranked]
-        shown = [s for s in summaries[:report.TOP]] + [s for s in summaries[report.TOP:] if s.shipped]
-        reports = self.export / "reports"
-        reports.mkdir(parents=True, exist_ok=True)
-        paced = self.o.objective == objectives.PACED_STREAMS
-        png = report.plot(shown, reports / "throughput_vs_latency.png", f"{self.o.model}: {self.o.objective}",
-                          "chunk p99 latency (ms)" if paced else "p99 latency (ms)",
-                          "chunks/s" if paced else "throughput (infer/s)")
-        shipped_key = self.scores.get(SHIPPED.key(), (0, 0.0))
-        notes = [f"objective: {self.o.objective}; constraints: {self.o.constraints}",
-                 f"search: {self.o.search}, {len(self.candidates)} configurations, load points "
-                 f"{', '.join(k for k, _ in self.load_points)}",
-                 f"best: {self.config_path(best)} ({best.describe()}), objective {best_key[1]:.2f}"
-                 f" vs shipped {shipped_key[1]:.2f}",
-                 f"tuned models: {', '.join(self.tuned)}"]
-        if confirmation and best == SHIPPED:
-            notes.append("the search's pick did not beat the shipped config when both were measured again "
-                         "(confirmation rounds below): the shipped config is kept as the best")
-        for load in (k for k, _ in self.load_points):
-            if load in confirmation.get("best", {}) and load in confirmation.get("shipped", {}):
-                (bt, bp, n), (st, sp, _) = confirmation["best"][load], confirmation["shipped"][load]
-                notes.append(f"confirmed at {load} (median of {n} alternating rounds): search pick {bt:.1f}/s p99 {bp:.0f} ms"
-                             f" vs shipped {st:.1f}/s p99 {sp:.0f} ms ({100 * (bt / st - 1):+.0f}% throughput)")
-        html_path = report.write_html(shown, reports / "summary.html", f"asr-model-analyzer: {self.o.model}",
-                                      notes, png.name if png else None)
-        return Summary(best, self.config_path(best), best_key, shipped_key, csv_path, html_path, best_repo,
-                       confirmation, self.measured, self.resumed)
-
-
-def _measured(r: Record) -> Measured:
-    return Measured(throughput=r.throughput, p99_ms=r.p99_ms, memory_mb=r.memory_mb, streams=r.streams,
-                    error=r.error)
-
-
-def _link_tree(src: Path, dst: Path) -> None:
-    """Copy a model folder, hard-linking files where the file system allows (graphs are large)."""
-    def link_or_copy(a, b):
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copy2(a, b)
-
-    shutil.copytree(src, dst, copy_function=link_or_copy, ignore=shutil.ignore_patterns("__pycache__"))
