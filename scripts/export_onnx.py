@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from asr_server.asr.nn.checkpoint import load_model_dir
-from asr_server.asr.export.graphs import ExportMismatch, ExportOptions, export_all
+from asr_server.asr.export.export_all import export_all
+from asr_server.asr.export.options import ExportMismatch, ExportOptions
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="export needs torch")
 onnx = pytest.importorskip("onnx", reason="export needs onnx")
 pytest.importorskip("onnxruntime", reason="the parity checks need onnxruntime")
 
-from asr_server.asr.export import graphs as ex  # noqa: E402
+from asr_server.asr.export import decoder, encoders, export_all, onnx_io, options, sherpa  # noqa: E402
 from asr_server.asr.nn.checkpoint import save_model_dir  # noqa: E402
 from asr_server.asr.units import SymbolTable  # noqa: E402
 
@@ -24,7 +24,7 @@ from .conftest import CHUNK, LEFT_CHUNKS, VOCAB, tiny_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BEAM = 4
-OPTS = ex.ExportOptions(chunk_size=CHUNK, left_chunks=LEFT_CHUNKS, beam=BEAM)
+OPTS = options.ExportOptions(chunk_size=CHUNK, left_chunks=LEFT_CHUNKS, beam=BEAM)
 F, I32, I64, B = onnx.TensorProto.FLOAT, onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.BOOL
 
 
@@ -51,7 +51,7 @@ def exported(tmp_path_factory):
     model = tiny_model(seed=5)
     out = tmp_path_factory.mktemp("onnx")
     lines: list[str] = []
-    result = ex.export_all(model, out, OPTS, sherpa_symbols=_symbols(), log=lines.append)
+    result = export_all.export_all(model, out, OPTS, sherpa_symbols=_symbols(), log=lines.append)
     return model, out, result, lines
 
 
@@ -72,7 +72,7 @@ def test_encoder_io(exported):
     model, out, _, _ = exported
     d = model.encoder_cfg.output_size
     io_ = _io(out / "encoder.onnx")
-    assert list(io_) == [*ex.ENCODER_INPUTS, *ex.ENCODER_OUTPUTS]
+    assert list(io_) == [*encoders.ENCODER_INPUTS, *encoders.ENCODER_OUTPUTS]
     assert io_["speech"] == (F, ["B", "T", 80]) and io_["speech_lengths"] == (I32, ["B"])
     assert io_["encoder_out"][0] == F and io_["encoder_out"][1][0] == "B" and io_["encoder_out"][1][2] == d
     assert io_["encoder_out_lens"] == (I32, ["B"])
@@ -94,10 +94,10 @@ def test_streaming_encoder_io_only_batch_dynamic(exported):
     for name in ("offset", "att_cache", "cnn_cache", "cache_mask"):
         want["r_" + name] = want[name]
     io_ = _io(out / "streaming_encoder.onnx")
-    assert list(io_) == [*ex.STREAMING_INPUTS, *ex.STREAMING_OUTPUTS]
+    assert list(io_) == [*encoders.STREAMING_INPUTS, *encoders.STREAMING_OUTPUTS]
     for name, (dtype, dims) in want.items():
         assert io_[name] == (dtype, ["B", *dims]), name
-    assert ex.dynamic_dims(out / "streaming_encoder.onnx") == {n: [0] for n in want}
+    assert onnx_io.dynamic_dims(out / "streaming_encoder.onnx") == {n: [0] for n in want}
 
 
 def test_decoder_io(exported):
@@ -117,7 +117,7 @@ def test_sherpa_contract(exported):
     e = model.encoder_cfg
     c = CHUNK * LEFT_CHUNKS
     io_ = _io(out / "sherpa" / "model.onnx")
-    assert list(io_) == [*ex.SHERPA_INPUTS, *ex.SHERPA_OUTPUTS]
+    assert list(io_) == [*sherpa.SHERPA_INPUTS, *sherpa.SHERPA_OUTPUTS]
     assert io_["x"] == (F, [1, model.encoder.window_config(CHUNK).window, 80])
     assert io_["offset"] == io_["required_cache_size"] == (I64, [1])
     assert io_["attn_cache"] == io_["next_att_cache"] == (F, [e.num_blocks, e.attention_heads, c, 16])
@@ -135,20 +135,20 @@ def test_sherpa_contract(exported):
 def test_a_different_model_is_a_mismatch(exported):
     """The checks are not vacuous: the exported encoder against another model's weights fails."""
     _, out, _, _ = exported
-    report = ex._check_encoder(tiny_model(seed=6), out / "encoder.onnx", OPTS, fp16=False)
+    report = encoders._check_encoder(tiny_model(seed=6), out / "encoder.onnx", OPTS, fp16=False)
     assert not report.ok and "MISMATCH" in report.line()
 
 
 def test_unidirectional_decoder(tmp_path):
     model = tiny_model(seed=7, bidecoder=False)
-    report = ex.export_decoder(model, tmp_path / "decoder.onnx", OPTS)
+    report = decoder.export_decoder(model, tmp_path / "decoder.onnx", OPTS)
     assert report.ok, report.line()
     assert "r_hyps_pad_sos_eos" not in _io(tmp_path / "decoder.onnx")
     assert "reverse_weight 0.0" in report.note
 
 
 def test_fp16_encoder(tmp_path):
-    report = ex.export_encoder(tiny_model(seed=5), tmp_path / "encoder_fp16.onnx", OPTS, fp16=True)
+    report = encoders.export_encoder(tiny_model(seed=5), tmp_path / "encoder_fp16.onnx", OPTS, fp16=True)
     io_ = _io(tmp_path / "encoder_fp16.onnx")
     assert io_["speech"][0] == io_["encoder_out"][0] == onnx.TensorProto.FLOAT16
     assert io_["speech_lengths"][0] == I32 and io_["beam_log_probs_idx"][0] == I64
@@ -222,7 +222,7 @@ def test_exported_streaming_encoder_runs_past_its_positional_table(tmp_path):
     model = tiny_model(seed=5)
     model.encoder.embed.pos_enc.pe = model.encoder.embed.pos_enc.pe[:40].clone()
     path = tmp_path / "streaming_encoder.onnx"
-    assert ex.export_streaming_encoder(model, path, OPTS).ok
+    assert encoders.export_streaming_encoder(model, path, OPTS).ok
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     geometry = model.encoder.window_config(CHUNK)
     window, stride = geometry.window, geometry.stride
@@ -231,7 +231,7 @@ def test_exported_streaming_encoder_runs_past_its_positional_table(tmp_path):
     feats = torch.randn(1, 30 * stride + window, 80, generator=torch.Generator().manual_seed(1))
     for k in range(30):
         xs = feats[:, k * stride:k * stride + window]
-        outs = dict(zip(ex.STREAMING_OUTPUTS, sess.run(None, {
+        outs = dict(zip(encoders.STREAMING_OUTPUTS, sess.run(None, {
             "chunk_xs": xs.numpy(), "chunk_lens": np.array([window], np.int32), **state})))
         with torch.no_grad():
             _, out, _, *new = model.forward_chunk(xs, torch.tensor([window]), **torch_state)

@@ -190,7 +190,9 @@ def exported(case, tmp_path_factory):
     models that can stream exactly. The exporters' own ORT-vs-torch checks on random inputs are skipped
     (tests/asr/test_export.py runs them): here the graphs are compared with WeNet's outputs."""
     pytest.importorskip("onnxruntime")
-    from asr_server.asr.export.graphs import ExportOptions, export_decoder, export_encoder, export_streaming_encoder
+    from asr_server.asr.export.decoder import export_decoder
+    from asr_server.asr.export.encoders import export_encoder, export_streaming_encoder
+    from asr_server.asr.export.options import ExportOptions
 
     name, loaded, expected = case
     model, out = loaded.model, tmp_path_factory.mktemp(name)
@@ -204,9 +206,9 @@ def exported(case, tmp_path_factory):
 
 
 def _ort(path: Path):
-    from asr_server.asr.export.graphs import _session
+    from asr_server.asr.export.parity import session
 
-    return _session(path)
+    return session(path)
 
 
 def test_our_onnx_graphs_reproduce_wenet(case, exported, inputs):

@@ -282,7 +282,8 @@ async def test_a_stream_longer_than_the_positional_table_decodes_through_the_ser
     END without errors, and its partials before the clamp point equal those of the full-table encoder."""
     import shutil
 
-    from asr_server.asr.export import graphs as ex
+    from asr_server.asr.export.encoders import export_streaming_encoder
+    from asr_server.asr.export.options import ExportOptions
     from tests.asr.conftest import tiny_model
     from tests.e2e.conftest import CHUNK, LEFT_CHUNKS
 
@@ -292,7 +293,7 @@ async def test_a_stream_longer_than_the_positional_table_decodes_through_the_ser
     model = tiny_model(seed=3)  # the weights asr_repo was exported from
     model.encoder.embed.pos_enc.pe = model.encoder.embed.pos_enc.pe[:40].clone()
     graph = repo / "streaming_encoder" / "1" / "streaming_encoder.onnx"
-    assert ex.export_streaming_encoder(model, graph, ex.ExportOptions(CHUNK, LEFT_CHUNKS, beam=4)).ok
+    assert export_streaming_encoder(model, graph, ExportOptions(CHUNK, LEFT_CHUNKS, beam=4)).ok
     pieces = chunks_of(utterance(31, 6.0), [2560])  # 160 ms: one encoder chunk each
     async with running(repo, allow_http=False) as server:
         c = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
