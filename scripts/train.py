@@ -16,72 +16,28 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import math
 import random
 import signal
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import soundfile as sf
 import torch
 
-from asr_server.asr.nn.checkpoint import save_model_dir
 from asr_server.asr.features.cmvn import CmvnStats, load_cmvn, save_json_cmvn
-from asr_server.asr.features.fbank import FbankConfig, fbank
-from asr_server.asr.nn.model import IGNORE_ID, ModelConfig, U2Model, count_parameters
+from asr_server.asr.features.fbank import fbank
+from asr_server.asr.nn.checkpoint import save_model_dir
 from asr_server.asr.nn.decoder import DecoderConfig
 from asr_server.asr.nn.encoder import EncoderConfig, GlobalCMVN
-from asr_server.asr.training.restricted_ctc import earliest_emission_frames
+from asr_server.asr.nn.model import ModelConfig, U2Model, count_parameters
+from asr_server.asr.training.batching import make_batch, planned_batches
+from asr_server.asr.training.data import load_wav, read_data_dir
+from asr_server.asr.training.schedule import attention_chunk, lr_at
 from asr_server.asr.units import SymbolTable, Tokenizer, bpe_units, train_bpe
 
 # Arguments that define the network and its loss (train.yaml); --finalize takes them from the checkpoint.
 MODEL_ARGS = ("d_model", "heads", "ffn", "blocks", "dec_blocks", "kernel", "ctc_weight", "reverse_weight", "dropout")
-SPEEDS = (0.9, 1.0, 1.1)  # speed perturbation factors (tempo and pitch together, like sox speed)
 CMVN_UTTS = 2000          # utterances used to estimate the global CMVN
-
-
-def read_data_dir(d: Path) -> list[tuple[str, str, str]]:
-    """(utt, wav path, text) from wav.scp + text."""
-    wavs = dict(line.split(maxsplit=1) for line in (d / "wav.scp").read_text().splitlines() if line.strip())
-    rows = []
-    for line in (d / "text").read_text().splitlines():
-        parts = line.split(maxsplit=1)
-        if len(parts) == 2 and parts[0] in wavs:
-            rows.append((parts[0], wavs[parts[0]].strip(), parts[1].strip()))
-    return rows
-
-
-def speed_perturb(wav: np.ndarray, factor: float) -> np.ndarray:
-    """Resample by linear interpolation: factor > 1 is faster and higher."""
-    if factor == 1.0:
-        return wav
-    src = np.arange(0, wav.size - 1, factor)
-    return np.interp(src, np.arange(wav.size), wav).astype(np.float32)
-
-
-def spec_augment(feats: np.ndarray, rng: random.Random, num_t_mask: int = 2, num_f_mask: int = 2,
-                 max_t: int = 40, max_f: int = 10) -> np.ndarray:
-    """Zero random time and frequency bands (WeNet's spec_aug defaults, max_t a little shorter for 2-4 s clips)."""
-    x = feats.copy()
-    t, f = x.shape
-    for _ in range(num_t_mask):
-        w = rng.randint(1, max_t)
-        s = rng.randint(0, max(0, t - w))
-        x[s:s + w] = 0.0
-    for _ in range(num_f_mask):
-        w = rng.randint(1, max_f)
-        s = rng.randint(0, max(0, f - w))
-        x[:, s:s + w] = 0.0
-    return x
-
-
-def load_wav(path: str) -> np.ndarray:
-    wav, sr = sf.read(path, dtype="float32")
-    if sr != 16000:
-        raise ValueError(f"{path}: {sr} Hz, expected 16000")
-    return wav
 
 
 def prepare(args, rows) -> tuple[SymbolTable, Tokenizer, CmvnStats, Path]:
@@ -115,84 +71,6 @@ def build(args, vocab: int, cmvn: CmvnStats) -> U2Model:
     return U2Model(ModelConfig(input_dim=80, vocab_size=vocab, ctc_weight=args.ctc_weight, lsm_weight=0.1,
                                reverse_weight=args.reverse_weight),
                    enc, dec, GlobalCMVN(torch.from_numpy(mean), torch.from_numpy(istd)))
-
-
-def make_batch(items, tokenizer: Tokenizer, rng: random.Random, augment: bool, pad_multiple: int = 1,
-               emission_slack: int | None = None):
-    """Padded (x (B, T, 80), x_lens (B,), y (B, L) with IGNORE_ID, y_lens (B,), earliest (B, L) or None); T is
-    rounded up to a multiple of `pad_multiple` frames: fewer distinct shapes let oneDNN reuse its kernels (15-20%
-    faster steps here). With `emission_slack`, earliest holds each token's earliest CTC emission frame."""
-    feats, ys, bounds = [], [], []
-    for _, path, text in items:
-        wav = load_wav(path)
-        if augment:
-            wav = speed_perturb(wav, rng.choice(SPEEDS))
-        f = fbank(wav)
-        if emission_slack is not None:
-            bounds.append(earliest_emission_frames(f, tokenizer.text_to_tokens(text), emission_slack))
-        feats.append(spec_augment(f, rng) if augment else f)
-        ys.append(tokenizer.encode(text))
-    xl = torch.tensor([f.shape[0] for f in feats])
-    x = torch.zeros(len(feats), -(-int(xl.max()) // pad_multiple) * pad_multiple, 80)
-    for i, f in enumerate(feats):
-        x[i, : f.shape[0]] = torch.from_numpy(f)
-    yl = torch.tensor([len(y) for y in ys])
-    y = pad_int_rows(ys, IGNORE_ID)
-    earliest = pad_int_rows(bounds, 0) if emission_slack is not None else None
-    return x, xl, y, yl, earliest
-
-
-def pad_int_rows(rows: list[list[int]], fill: int) -> torch.Tensor:
-    """(B, longest) int64, each row's values then ``fill``."""
-    return torch.nn.utils.rnn.pad_sequence([torch.tensor(r, dtype=torch.int64) for r in rows], batch_first=True,
-                                           padding_value=fill)
-
-
-def lr_at(step: int, peak: float, warmup: int) -> float:
-    """WeNet's WarmupLR: linear warm-up to ``peak`` then inverse square-root decay."""
-    step = max(step, 1)
-    return peak * min(step / warmup, math.sqrt(warmup / step))
-
-
-def epoch_order(n: int, seed: int, epoch: int, batch: int, rows) -> list[list[int]]:
-    """Batches of similar-length utterances (less padding), in a random order fixed by (seed, epoch)."""
-    rng = random.Random(seed * 1000 + epoch)
-    idx = list(range(n))
-    rng.shuffle(idx)
-    # sort within windows of 50 batches by transcript length (a cheap proxy for duration)
-    win = batch * 50
-    out = []
-    for s in range(0, n, win):
-        block = sorted(idx[s:s + win], key=lambda i: len(rows[i][2]))
-        out += [block[j:j + batch] for j in range(0, len(block), batch)]
-    rng.shuffle(out)
-    return out
-
-
-def attention_chunk(step: int, args) -> int:
-    """The encoder's attention chunk for this step's batch, in encoder frames (-1: full context).
-
-    Dynamic chunk training as in WeNet's U2++: some batches see the whole utterance, the others a random
-    chunk, so one model decodes offline and streaming. WeNet draws full context about half the time and
-    chunks of 1-25 frames otherwise; --full-context-share and --chunk-range narrow that towards the chunk the
-    server streams with. The draw depends on the step only, so a resumed run repeats it.
-    """
-    if step < args.curriculum_steps:
-        return -1
-    rng = random.Random(args.seed * 104729 + step)
-    if rng.random() < args.full_context_share:
-        return -1
-    return rng.randint(args.chunk_range[0], args.chunk_range[1])
-
-
-def planned_batches(rows, args, state: dict):
-    """(epoch, position in epoch, utterance indices) from the saved position on, epoch after epoch."""
-    epoch, start = state["epoch"], state["batch_in_epoch"]
-    while True:
-        order = epoch_order(len(rows), args.seed, epoch, args.batch, rows)
-        for position in range(start, len(order)):
-            yield epoch, position, order[position]
-        epoch, start = epoch + 1, 0
 
 
 def main(argv=None) -> int:
@@ -307,13 +185,13 @@ def main(argv=None) -> int:
     t_run = time.monotonic()
     elapsed0 = state["elapsed"]
     smooth = None
-    plan = planned_batches(rows, args, state)
+    plan = planned_batches(rows, args.seed, args.batch, state["epoch"], state["batch_in_epoch"])
 
     def load_batch(step: int):
         """The batch of `step`; augmentation randomness is a function of the step, so a resumed run draws
         the same batches."""
         epoch, position, indices = next(plan)
-        chunk = attention_chunk(step, args)
+        chunk = attention_chunk(step, args.seed, args.curriculum_steps, args.full_context_share, args.chunk_range)
         augment = step >= (args.curriculum_steps if args.augment_after is None else args.augment_after)
         batch = make_batch([rows[i] for i in indices], tokenizer, random.Random(args.seed * 7919 + step),
                            augment=augment, pad_multiple=args.pad_multiple,
