@@ -7,6 +7,7 @@ Uses the bundled model (models/demo_en) and its graphs, exported at set-up (scri
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -96,3 +97,27 @@ def test_subsampling_and_right_context_come_from_train_yaml(fixture, geometry):
     import build_model_repo
 
     assert build_model_repo.model_subsampling(ROOT / "tests" / "fixtures" / "wenet" / fixture) == geometry
+
+
+def setup_build_flags() -> list[str]:
+    """build_model_repo.py's flags in scripts/build_demo_repo.sh, the set-up step that writes model_repo/."""
+    script = (ROOT / "scripts" / "build_demo_repo.sh").read_text().replace("\\\n", " ")
+    line = next(line for line in script.splitlines() if "scripts/build_model_repo.py" in line)
+    words = shlex.split(line.replace('"$MODEL"', str(MODEL_DIR)))
+    flags = words[words.index("scripts/build_model_repo.py") + 1:]
+    out = flags.index("--out")
+    del flags[out:out + 2]  # written into a temporary folder here
+    return [f for f in flags if f != "--export"]
+
+
+def test_committed_configs_are_what_the_set_up_writes(tmp_path):
+    """model_repo/*/config.pbtxt are generated (set-up rewrites them); committed, they must not go stale."""
+    out = tmp_path / "generated"
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_model_repo.py"), *setup_build_flags(),
+                          "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    generated = sorted(p.parent.name for p in out.glob("*/config.pbtxt"))
+    assert set(generated) == PIPELINE_MODELS
+    stale = [name for name in generated
+             if (out / name / "config.pbtxt").read_text() != (ROOT / "model_repo" / name / "config.pbtxt").read_text()]
+    assert stale == [], f"regenerate with: bash scripts/build_demo_repo.sh (stale: {stale})"
