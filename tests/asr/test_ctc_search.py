@@ -237,7 +237,7 @@ def test_interpreted_kernel_matches_compiled() -> None:
     search._n_live, search._parity = _ctc_kernels.prefix_beam_advance.py_func(
         vals, ids, 12, 4, 0, 1.0, *state, search._n_live, search._parity, search._ctx_node, search._ctx_locked,
         *(getattr(search.context, f) for f in ("child_start", "child_token", "child_node", "fail", "node_score",
-                                               "is_end")),
+                                               "is_end")), np.zeros((0, 0)),
     )
     assert search.nbest() == run_fast(vals, ids, opts)
 

@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from asr_server.asr.decoding import _ctc_kernels
-from asr_server.asr.decoding.ctc_search import CtcPrefixBeamSearch, SearchOptions, reference_prefix_beam_search
+from asr_server.asr.decoding.ctc_search import (
+    CtcPrefixBeamSearch,
+    SearchOptions,
+    reference_prefix_beam_search,
+    topk_log_probs,
+)
 from asr_server.asr.decoding.hotwords import EMPTY, Hotwords, build_graph, parse_phrases
 from asr_server.asr.serving.pipeline import DecodingSettings, OfflineScorer
 from asr_server.asr.units import SymbolTable, Tokenizer
@@ -74,9 +79,12 @@ def frames(rows):
 AMBIGUOUS = frames([{2: 0.9}, {0: 0.9}, {4: 0.5, 5: 0.4}, {0: 0.9}])
 
 
-def decode(log_probs, context=None, beam=4):
+def decode(log_probs, context=None, beam=4, full=False):
+    """The search over each frame's top-4 (what the streaming encoder gives); full: with every token's
+    log-prob beside it (what the offline encoder gives), so hotword tokens outside the top-4 are tried too."""
     search = CtcPrefixBeamSearch(SearchOptions(beam_size=beam, top_k=4), context)
-    search.advance(log_probs)
+    values, ids = topk_log_probs(log_probs, 4)
+    search.advance(values, ids, log_probs if full else None)
     return search.nbest()
 
 
@@ -127,3 +135,54 @@ def _ctc_kernels_topk(log_probs):
 
     values, ids = topk_log_probs(log_probs, 4)
     return values[None], ids[None]
+
+
+# "d" is said, but the encoder ranks it 5th at its spike: a top-4 search can never find it
+RARE = frames([{2: 0.9}, {0: 0.9}, {4: 0.5, 0: 0.3, 3: 0.1, 1: 0.05, 5: 0.03}, {0: 0.9}])
+
+
+def ctc_log_prob(log_probs, tokens):
+    """log P(tokens) summed over every CTC path (torch's CTC loss)."""
+    import torch
+
+    lp = torch.tensor(log_probs, dtype=torch.float64)[:, None, :]
+    loss = torch.nn.functional.ctc_loss(lp, torch.tensor([tokens]), torch.tensor([len(log_probs)]),
+                                        torch.tensor([len(tokens)]), blank=0, reduction="sum")
+    return -float(loss)
+
+
+def test_a_hotword_token_outside_the_top_k_is_found_when_every_log_prob_is_known():
+    assert 5 not in topk_log_probs(RARE, 4)[1][2]
+    hot = build_graph([([2, 5], 2.0)])
+    assert decode(RARE)[0].tokens == (2, 4)
+    assert decode(RARE, hot)[0].tokens == (2, 4)  # top-4 only: "d" is never a candidate
+    found = decode(RARE, hot, full=True)
+    assert found[0].tokens == (2, 5)
+    # its score is its CTC log-probability (over the paths the search kept: at least its best path, at most
+    # all paths) plus the bonus of the completed phrase (2 tokens x 2.0)
+    best_path = np.log(0.9 * 0.9 * 0.03 * 0.9)
+    assert best_path <= found[0].score - 4.0 <= ctc_log_prob(RARE, [2, 5]) + 1e-9
+    # a phrase that starts with the rare token is tried from the root, too
+    assert decode(RARE, build_graph([([5], 4.0)]), full=True)[0].tokens == (2, 5)
+
+
+def test_every_log_prob_known_changes_nothing_without_hotwords_or_when_the_hotword_is_not_said():
+    rng = np.random.default_rng(6)
+    log_probs = np.log(rng.dirichlet(np.ones(len(SYMBOLS)) * 0.3, size=40))
+    ref, _ = reference_prefix_beam_search(log_probs, options=SearchOptions(beam_size=4, top_k=4))
+    assert decode(log_probs, full=True) == ref
+    assert decode(log_probs, EMPTY, full=True) == ref
+    unsaid = decode(RARE, build_graph([([3, 3, 3], 1.0)]), full=True)
+    assert unsaid[0] == decode(RARE)[0]
+
+
+def test_expansion_is_resumable_chunk_by_chunk():
+    rng = np.random.default_rng(8)
+    log_probs = np.log(rng.dirichlet(np.ones(len(SYMBOLS)) * 0.3, size=60))
+    hot = build_graph([([5, 3], 1.5), ([4, 4, 2], 2.0)])
+    whole = decode(log_probs, hot, full=True)
+    search = CtcPrefixBeamSearch(SearchOptions(beam_size=4, top_k=4), hot)
+    values, ids = topk_log_probs(log_probs, 4)
+    for a, b in ((0, 7), (7, 8), (8, 31), (31, 60)):
+        search.advance(values[a:b], ids[a:b], log_probs[a:b])
+    assert search.nbest() == whole

@@ -162,6 +162,7 @@ def prefix_beam_advance(
     fail,
     node_score,
     is_end,
+    full_log_probs,
 ):
     """Advance a CTC prefix beam by ``n_frames`` frames; returns (n_live, parity).
 
@@ -182,10 +183,21 @@ def prefix_beam_advance(
     float64 the bonus of the phrases it completed. Prefixes are ranked by log_add(pb, pnb) + locked +
     node_score[node]: a partial match is boosted while it lasts and loses its bonus when it breaks off. With a
     tree of only a root every bonus is 0.0, so the ranking is exactly the unbiased one.
+
+    full_log_probs: (T, V) float64 log-probabilities of every token, or (0, 0) when only the top-k is known.
+    With them and hotwords, each live prefix also tries, whatever their rank, the tokens that continue its
+    match in the tree or start a phrase (the children of its node and of the nodes on its failure chain, down
+    to the root) that are not among the frame's candidates: a rare word the encoder never ranks in its top-k
+    can then be found, with the bonus, as contextual biasing does (icefall's and sherpa-onnx's searches score
+    the whole vocabulary). Without hotwords the search is the same as without ``full_log_probs``.
     """
     beam = tokens.shape[1]
     k_max = min(top_k, log_probs.shape[1])
-    n_slots = beam * (k_max + 1)
+    biased = child_start[1] > 0  # the root has children: some hotword is loaded
+    expand = biased and full_log_probs.shape[0] > 0
+    n_edges = child_token.shape[0]
+    # per prefix: the frame's candidates, the hotword tokens it may take next (at most one per edge), a stay
+    n_slots = beam * (k_max + (min(n_edges, full_log_probs.shape[1]) if expand else 0) + 1)
     slot_src = np.empty(n_slots, np.int64)  # live prefix the candidate grows from
     slot_tok = np.empty(n_slots, np.int64)  # appended token, -1 = same prefix
     slot_pb = np.empty(n_slots, np.float64)
@@ -193,12 +205,17 @@ def prefix_beam_advance(
     slot_score = np.empty(n_slots, np.float64)
     slot_node = np.empty(n_slots, np.int64)
     slot_locked = np.empty(n_slots, np.float64)
-    biased = child_start[1] > 0  # the root has children: some hotword is loaded
     slot_taken = np.empty(n_slots, np.bool_)
     stay_slot = np.empty(beam, np.int64)  # slot holding live prefix j unchanged
     parent = np.empty(beam, np.int64)  # live prefix equal to prefix j minus its last token
     order = np.empty(k_max, np.int64)
     chosen = np.empty(beam, np.int64)
+    vocab = full_log_probs.shape[1]
+    n_extra_max = min(n_edges, vocab) if expand else 0
+    extra_tok = np.empty(n_extra_max, np.int64)  # this frame's hotword tokens outside its candidates
+    extra_for = np.zeros((n_extra_max, beam), np.bool_)  # which live prefixes each of them may extend
+    extra_at = np.full(vocab if expand else 0, -1, np.int64)  # token -> its index in extra_tok this frame
+    candidate_at = np.full(vocab if expand else 0, -1, np.int64)  # token -> last frame it was a candidate
 
     for t in range(n_frames):
         cur = parity
@@ -247,12 +264,46 @@ def prefix_beam_advance(
                     parent[j] = i
                     break
 
-        n_used = 0
-        for oi in range(n_tok):
-            c = order[oi]
-            s = ids[t, c]
-            ps = log_probs[t, c]
+        # Hotword tokens outside the frame's candidates that some live prefix's match may take next (the
+        # children of its node and of the nodes on its failure chain, the root's: phrase starts).
+        n_extra = 0
+        if expand:
+            for oi in range(n_tok):
+                s = ids[t, order[oi]]
+                if 0 <= s < vocab:
+                    candidate_at[s] = t
             for i in range(n_live):
+                node = ctx_node[cur, i]
+                while True:
+                    for e in range(child_start[node], child_start[node + 1]):
+                        s = child_token[e]
+                        if s < 0 or s >= vocab or s == blank_id or candidate_at[s] == t:
+                            continue
+                        x = extra_at[s]
+                        if x < 0 or x >= n_extra or extra_tok[x] != s:  # first seen this frame
+                            x = n_extra
+                            n_extra += 1
+                            extra_tok[x] = s
+                            extra_at[s] = x
+                            for j in range(n_live):
+                                extra_for[x, j] = False
+                        extra_for[x, i] = True
+                    if node == 0:
+                        break
+                    node = fail[node]
+
+        n_used = 0
+        for oi in range(n_tok + n_extra):
+            if oi < n_tok:
+                c = order[oi]
+                s = ids[t, c]
+                ps = log_probs[t, c]
+            else:
+                s = extra_tok[oi - n_tok]
+                ps = full_log_probs[t, s]
+            for i in range(n_live):
+                if oi >= n_tok and not extra_for[oi - n_tok, i]:
+                    continue
                 length = lens[cur, i]
                 last = tokens[cur, i, length - 1] if length > 0 else -1
                 if s == blank_id:

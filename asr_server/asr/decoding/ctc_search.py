@@ -225,6 +225,8 @@ class CtcGreedySearch:
 
 # --------------------------------------------------------------------------- prefix beam
 
+_NO_FULL = np.zeros((0, 0), np.float64)  # "only the top-k is known"
+
 
 class CtcPrefixBeamSearch:
     """Resumable CTC prefix beam search for one utterance (compiled kernel).
@@ -258,17 +260,27 @@ class CtcPrefixBeamSearch:
         self._parity = 0
         self.frames = 0  # frames consumed so far
 
-    def advance(self, log_probs: np.ndarray, ids: np.ndarray | None = None) -> None:
+    def advance(self, log_probs: np.ndarray, ids: np.ndarray | None = None,
+                full_log_probs: np.ndarray | None = None) -> None:
+        """full_log_probs: (T, V) log-probs of every token, when the caller has them beside the top-k (the
+        offline encoder's ``ctc_log_probs``): hotword tokens outside a frame's top-k are then tried too."""
         log_probs, ids = _frames(log_probs, ids)
         if ids is None:
+            full_log_probs = log_probs if full_log_probs is None else full_log_probs
             log_probs, ids = topk_log_probs(log_probs, self.options.tokens_per_frame)
-        self._advance_topk(log_probs, ids)
+        self._advance_topk(log_probs, ids, full_log_probs)
 
-    def _advance_topk(self, log_probs: np.ndarray, ids: np.ndarray) -> None:
-        """log_probs, ids: (T, K) candidate tokens of each frame."""
+    def _advance_topk(self, log_probs: np.ndarray, ids: np.ndarray, full_log_probs: np.ndarray | None = None) -> None:
+        """log_probs, ids: (T, K) candidate tokens of each frame; full_log_probs: (T, V) or None."""
         frames = log_probs.shape[0]
         if frames == 0:
             return
+        if full_log_probs is None or self.context.empty:
+            full = _NO_FULL  # nothing to expand: the kernel never reads it
+        else:
+            full = np.ascontiguousarray(full_log_probs, dtype=np.float64)
+            if full.ndim != 2 or full.shape[0] != frames:
+                raise ValueError(f"full_log_probs must be ({frames}, V), got shape {full.shape}")
         self._reserve(frames)
         self._n_live, self._parity = _k.prefix_beam_advance(
             np.ascontiguousarray(log_probs, dtype=np.float64),
@@ -293,6 +305,7 @@ class CtcPrefixBeamSearch:
             self.context.fail,
             self.context.node_score,
             self.context.is_end,
+            full,
         )
         self.frames += frames
 
@@ -354,7 +367,7 @@ def advance_streams(
     for b, stream in enumerate(streams):
         n = int(lengths[b])
         if isinstance(stream, CtcPrefixBeamSearch):
-            stream._advance_topk(top_vals[b, :n], top_ids[b, :n])
+            stream._advance_topk(top_vals[b, :n], top_ids[b, :n], log_probs[b, :n] if ids is None else None)
         else:
             stream.advance(log_probs[b, :n], None if ids is None else ids[b, :n])
 

@@ -36,9 +36,14 @@ def _r(x: float) -> float:
 def hypothesis_details(tokenizer: Tokenizer, tokens: Sequence[int], log_probs: Optional[np.ndarray],
                        ids: Optional[np.ndarray], frame_seconds: float, offset_seconds: float = 0.0,
                        nbest: Sequence[tuple[Sequence[int], float]] = (),
-                       shift: tuple[float, float] = (0.0, 0.0)) -> dict:
-    """Words, tokens and n-best of one hypothesis decoded from ``log_probs``/``ids`` (T, K) top-k frames."""
+                       shift: tuple[float, float] = (0.0, 0.0),
+                       full_log_probs: Optional[np.ndarray] = None) -> dict:
+    """Words, tokens and n-best of one hypothesis decoded from ``log_probs``/``ids`` (T, K) top-k frames;
+    ``full_log_probs`` (T, V), when known, align it instead (a hotword token may lie outside the top-k)."""
     out: dict[str, Any] = {"text": tokenizer.decode(tokens)}
+    if log_probs is not None and full_log_probs is not None:
+        log_probs = full_log_probs
+        ids = np.broadcast_to(np.arange(full_log_probs.shape[1], dtype=np.int64), full_log_probs.shape)
     if log_probs is not None and ids is not None:
         times = align_tokens(log_probs, ids, tokens, tokenizer.symbols, frame_seconds, offset_seconds, shift)
         out["words"] = [{"word": w.word, "start": _r(w.start), "end": _r(w.end), "confidence": _r(w.confidence)}

@@ -80,16 +80,22 @@ class OfflineScorer:
 
     def recognize(self, encoder_out: np.ndarray, lengths: np.ndarray, topk_log_probs: np.ndarray,
                   topk_ids: np.ndarray, rescorer: Optional[Rescorer] = None, details: bool = False,
-                  parameters: Mapping[str, Any] = {}) -> list[tuple[str, Optional[dict]]]:
+                  parameters: Mapping[str, Any] = {}, full_log_probs: Optional[np.ndarray] = None
+                  ) -> list[tuple[str, Optional[dict]]]:
         """Like ``decode``, with each transcript's DETAILS dict (words, tokens, n-best) when ``details``;
-        ``parameters``: the request's (``hotwords``, ``hotwords_score``)."""
+        ``parameters``: the request's (``hotwords``, ``hotwords_score``); ``full_log_probs``: (B, T, V) every
+        token's CTC log-prob (the encoder's ``ctc_log_probs``), when the model passes them: hotword tokens
+        outside a frame's top-k are then searched too, and words are aligned on them."""
         nbests = []
         lengths = np.asarray(lengths).reshape(-1)
         context = self.hotwords.for_request(parameters)
         for b in range(encoder_out.shape[0]):
             search = make_search(self.settings.search_options(), context)
             n = int(lengths[b])
-            search.advance(topk_log_probs[b, :n], topk_ids[b, :n])
+            if full_log_probs is not None and not context.empty:
+                search.advance(topk_log_probs[b, :n], topk_ids[b, :n], full_log_probs[b, :n])
+            else:
+                search.advance(topk_log_probs[b, :n], topk_ids[b, :n])
             nbests.append([(h.tokens, h.score) for h in search.nbest()])
         hyps = _rescore(nbests, encoder_out, lengths, self.settings, rescorer)
         out = []
@@ -98,7 +104,8 @@ class OfflineScorer:
             if details:
                 n = int(lengths[b])
                 info = hypothesis_details(self.tokenizer, hyp, topk_log_probs[b, :n], topk_ids[b, :n],
-                                          self.settings.frame_seconds, 0.0, nbests[b], self.settings.timestamp_shift)
+                                          self.settings.frame_seconds, 0.0, nbests[b], self.settings.timestamp_shift,
+                                          None if full_log_probs is None else full_log_probs[b, :n])
                 info.update(segment=0, final=True)
             out.append((self.tokenizer.decode(hyp), info))
         return out
@@ -192,6 +199,13 @@ class StreamChunk:
     want_details: bool = False  # the request asks for the DETAILS output (see StreamingScorer.last_details)
 
 
+def _reason(exc: Exception) -> str:
+    """What a client is told about an exception that failed its stream."""
+    if isinstance(exc, StreamFailed):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
+
+
 class StreamingScorer:
     """Per-sequence windows, CTC prefix beam search carried across chunks, rescoring on END."""
 
@@ -219,12 +233,15 @@ class StreamingScorer:
         DETAILS dict (None elsewhere).
 
         Windows of different sequences go to the encoder together, round by round: round r holds the r-th
-        new window of every sequence that has one, so each sequence's windows stay in order."""
+        new window of every sequence that has one, so each sequence's windows stay in order.
+
+        A chunk fails alone: whatever goes wrong with one sequence (bad options, its frames, its encoder or
+        decoder call) fails that sequence's chunk and stream, never the other sequences of the batch."""
         now = time.monotonic()
         self.drop_idle(now)
         self.last_details = [None] * len(chunks)
         pending: list[list[EncoderJob]] = []
-        states: list[Optional[StreamState]] = []
+        states: list[Optional[StreamState]] = [None] * len(chunks)
         results: list[Union[str, StreamFailed, None]] = [None] * len(chunks)
         ended: list[list[EndedSegment]] = [[] for _ in chunks]
         for i, chunk in enumerate(chunks):
@@ -234,21 +251,18 @@ class StreamingScorer:
                     self.streams[chunk.key] = self._new_stream(chunk, now)
                 except ValueError as exc:  # bad per-request options: this stream fails alone
                     results[i] = self._fail(chunk, str(exc), now)
-                    states.append(None)
                     continue
             state = self.streams.get(chunk.key)
             if state is None:
                 results[i] = self._refuse(chunk, now)
-                states.append(None)
                 continue
             state.last_seen = now
-            states.append(state)
-            jobs = [(w, self.window.window) for w in state.windower.push(chunk.frames)]
-            if chunk.end:
-                last = state.windower.finish()
-                # The encoder's sequence must see an END even when nothing is left to decode.
-                jobs.append(last if last is not None else
-                            (np.zeros((self.window.window, self.feature_dim), np.float32), 0))
+            states[i] = state
+            try:
+                jobs = self._windows(state, chunk)
+            except Exception as exc:  # noqa: BLE001 - e.g. frames of the wrong shape: this stream fails alone
+                results[i] = self._fail(chunk, _reason(exc), now)
+                continue
             for index, (window, valid) in enumerate(jobs):
                 job = EncoderJob(chunk.key, window, valid, start=state.windows_sent == 0,
                                  end=chunk.end and index == len(jobs) - 1)
@@ -266,38 +280,79 @@ class StreamingScorer:
                 outs = [exc] * len(live)
             for (i, state, job), result in zip(live, outs):
                 if isinstance(result, Exception):
-                    results[i] = self._fail(chunks[i], f"{type(result).__name__}: {result}"
-                                            if not isinstance(result, StreamFailed) else result.message, now)
+                    results[i] = self._fail(chunks[i], _reason(result), now)
                     continue
                 n = int(result.valid) if job.valid > 0 else 0
                 if n:
-                    self._consume(state, result, n, ended[i])
-        ok = [i for i in range(len(chunks)) if results[i] is None]
-        for i in ok:
-            if chunks[i].end:
-                state = states[i]
-                # after an endpoint, a tail without a token is not a segment of its own
-                segment = state.end_segment(self.encoder_dim, keep=state.segment == 0 or bool(
-                    state.search.best().tokens))
-                if segment is not None:
-                    ended[i].append(segment)
-                self.streams.pop(chunks[i].key, None)
-        finishing = [(i, seg) for i in ok for seg in ended[i]]
-        finals = self._finish([seg for _, seg in finishing], rescorer) if finishing else []
-        final_of: dict[int, list[tuple[EndedSegment, tuple]]] = {}
-        for (i, seg), hyp in zip(finishing, finals):
-            final_of.setdefault(i, []).append((seg, hyp))
-            text = self.tokenizer.decode(hyp)
-            if text or not chunks[i].end:
-                states[i].finals.append(text)
-        for i in ok:
+                    try:
+                        self._consume(state, result, n, ended[i])
+                    except Exception as exc:  # noqa: BLE001 - e.g. a malformed encoder output: this stream alone
+                        results[i] = self._fail(chunks[i], _reason(exc), now)
+        for i in [i for i in range(len(chunks)) if results[i] is None and chunks[i].end]:
+            state = states[i]
+            # after an endpoint, a tail without a token is not a segment of its own
+            segment = state.end_segment(self.encoder_dim, keep=state.segment == 0 or bool(
+                state.search.best().tokens))
+            if segment is not None:
+                ended[i].append(segment)
+            self.streams.pop(chunks[i].key, None)
+        final_of = self._finish_streams(
+            {i: ended[i] for i in range(len(chunks)) if results[i] is None and ended[i]}, rescorer)
+        for i, outcome in final_of.items():
+            if isinstance(outcome, Exception):
+                results[i] = self._fail(chunks[i], _reason(outcome), now)
+                continue
+            for _, hyp in outcome:
+                text = self.tokenizer.decode(hyp)
+                if text or not chunks[i].end:
+                    states[i].finals.append(text)
+        for i in [i for i in range(len(chunks)) if results[i] is None]:
             state, chunk = states[i], chunks[i]
             partial = () if chunk.end else state.search.best().tokens
             texts = [*state.finals, self.tokenizer.decode(partial)]
             results[i] = " ".join(t for t in texts if t)
             if chunk.want_details:
-                self.last_details[i] = self._details(state, chunk, partial, final_of.get(i, []))
+                try:
+                    self.last_details[i] = self._details(state, chunk, partial, final_of.get(i, []))
+                except Exception as exc:  # noqa: BLE001 - this chunk alone fails
+                    results[i] = self._fail(chunk, _reason(exc), now)
         return results
+
+    def _windows(self, state: StreamState, chunk: StreamChunk) -> list[tuple[np.ndarray, int]]:
+        """(window, valid frames) of the encoder windows this chunk completes; on END also the last one."""
+        jobs = [(w, self.window.window) for w in state.windower.push(chunk.frames)]
+        if chunk.end:
+            last = state.windower.finish()
+            # The encoder's sequence must see an END even when nothing is left to decode.
+            jobs.append(last if last is not None else
+                        (np.zeros((self.window.window, self.feature_dim), np.float32), 0))
+        return jobs
+
+    def _finish_streams(self, ended: dict[int, list[EndedSegment]], rescorer: Optional[Rescorer]
+                        ) -> dict[int, Union[list[tuple[EndedSegment, tuple]], Exception]]:
+        """Final hypotheses of the segments that ended, by chunk: [(segment, tokens)], or the Exception that
+        failed that chunk's rescoring. All segments are rescored in one decoder call; if that call fails, each
+        chunk's segments are rescored on their own, so one sequence's bad input fails that sequence alone."""
+        order = [(i, seg) for i, segments in ended.items() for seg in segments]
+        if not order:
+            return {}
+        try:
+            hyps = self._finish([seg for _, seg in order], rescorer)
+        except Exception as exc:  # noqa: BLE001 - which sequence it belongs to is found below
+            if len(ended) == 1:
+                return {i: exc for i in ended}
+        else:
+            out: dict[int, list] = {}
+            for (i, seg), hyp in zip(order, hyps):
+                out.setdefault(i, []).append((seg, hyp))
+            return out
+        out = {}
+        for i, segments in ended.items():
+            try:
+                out[i] = list(zip(segments, self._finish(segments, rescorer)))
+            except Exception as exc:  # noqa: BLE001 - this chunk's rescoring failed: it fails alone
+                out[i] = exc
+        return out
 
     def _new_stream(self, chunk: StreamChunk, now: float) -> StreamState:
         state = StreamState.create(self.window, self.feature_dim, self.settings.search_options(), now,
