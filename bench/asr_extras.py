@@ -61,7 +61,7 @@ class OrtStreamingEncoder:
         self.state = {}
 
     def __call__(self, jobs):
-        from asr_server.asr.serving.pipeline import EncoderResult
+        from asr_server.asr.serving.streaming_scorer import EncoderResult
 
         out = []
         for job in jobs:
@@ -97,7 +97,8 @@ class Replay:
 
 def scorer_cost(repo: Path, items) -> dict:
     from asr_server.asr.features.fbank import FbankConfig
-    from asr_server.asr.serving.pipeline import StreamChunk, StreamingFeatures, StreamingScorer
+    from asr_server.asr.serving.pipeline import StreamingFeatures
+    from asr_server.asr.serving.streaming_scorer import StreamChunk, StreamingScorer
     from asr_server.asr.decoding.hotwords import Hotwords
     from asr_server.asr.serving import serving_config
 

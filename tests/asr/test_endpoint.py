@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from asr_server.asr.decoding.endpoint import RULE1, RULE2, RULE3, EndpointDetector, EndpointRules
-from asr_server.asr.serving.pipeline import DecodingSettings, EncoderResult, StreamChunk, StreamingScorer
+from asr_server.asr.serving.pipeline import DecodingSettings
+from asr_server.asr.serving.streaming_scorer import EncoderResult, StreamChunk, StreamingScorer
 from asr_server.asr.windows import WindowConfig
 from asr_server.asr.units import SymbolTable, Tokenizer
 

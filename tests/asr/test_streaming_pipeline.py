@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr_server.asr.serving.pipeline import DecodingSettings, EncoderResult, StreamChunk, StreamingScorer
+from asr_server.asr.serving.pipeline import DecodingSettings
+from asr_server.asr.serving.streaming_scorer import EncoderResult, StreamChunk, StreamingScorer
 from asr_server.asr.serving.streaming import FrameWindower
 from asr_server.asr.windows import WindowConfig
 from asr_server.asr.units import SymbolTable, Tokenizer
@@ -137,7 +138,7 @@ class FailingEncoder(FakeEncoder):
 
 
 def test_a_failed_chunk_fails_its_stream_until_end_and_never_restarts_it_silently():
-    from asr_server.asr.serving.pipeline import StreamFailed
+    from asr_server.asr.serving.streaming_scorer import StreamFailed
 
     scorer, encoder = make_scorer(), FailingEncoder(key=1, fail_at=1)
     frames = np.ones((16, DIM), np.float32)  # one window (stride 16) per chunk
@@ -158,7 +159,7 @@ def test_a_failed_chunk_fails_its_stream_until_end_and_never_restarts_it_silentl
 
 
 def test_a_chunk_without_start_for_an_unknown_stream_is_an_error():
-    from asr_server.asr.serving.pipeline import StreamFailed
+    from asr_server.asr.serving.streaming_scorer import StreamFailed
 
     scorer, encoder = make_scorer(), FakeEncoder()
     result = scorer.step([StreamChunk(5, np.ones((20, DIM), np.float32), False, False)], encoder)[0]
@@ -187,3 +188,25 @@ def test_a_stream_past_the_rescoring_bound_keeps_bounded_memory_and_ends_on_its_
                          encoder, rescorer)
     assert len(rescored) == 1 and len(rescored[0]) == 1  # one rescoring call, for stream 2 only
     assert isinstance(finals[0], str) and finals[0].startswith(best)
+
+
+def test_a_chunk_that_breaks_in_the_scorer_fails_alone_and_its_batch_neighbours_go_on():
+    """Frames of the wrong width (nothing the encoder could take) used to raise out of step() and fail every
+    sequence of the batch."""
+    from asr_server.asr.serving.streaming_scorer import StreamFailed
+
+    rng = np.random.default_rng(9)
+    frames = {key: rng.normal(size=(60, DIM)).astype(np.float32) for key in (1, 2, 3)}
+    halves = [[StreamChunk(k, f[:30], True, False) for k, f in frames.items()],
+              [StreamChunk(k, f[30:], False, True) for k, f in frames.items()]]
+    clean_scorer, encoder = make_scorer(), FakeEncoder()
+    clean = [clean_scorer.step(batch, encoder) for batch in halves]
+    scorer = make_scorer()
+    first = scorer.step([halves[0][0], StreamChunk(2, frames[2][:30, :DIM - 1], True, False), halves[0][2]],
+                        FakeEncoder())
+    assert isinstance(first[1], StreamFailed) and "sequence 2 failed" in first[1].message
+    assert [first[0], first[2]] == [clean[0][0], clean[0][2]]
+    second = scorer.step(halves[1], FakeEncoder())
+    assert isinstance(second[1], StreamFailed)  # its END answers the earlier failure, not part of the audio
+    assert [second[0], second[2]] == [clean[1][0], clean[1][2]]
+    assert scorer.streams == {} and scorer.failed == {}

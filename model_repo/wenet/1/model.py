@@ -14,7 +14,7 @@ import triton_python_backend_utils as pb_utils
 
 from asr_server.asr.serving import serving_config
 from asr_server.asr.decoding.details import DETAILS, encode
-from asr_server.asr.serving.pipeline import EncoderResult, StreamChunk, StreamFailed, StreamingScorer
+from asr_server.asr.serving.streaming_scorer import EncoderResult, StreamChunk, StreamFailed, StreamingScorer
 from asr_server.asr.serving.triton_helpers import cancelled_response, control, error_response, input_array, run_decoder
 
 ENCODER = "streaming_encoder"
@@ -71,12 +71,12 @@ class TritonPythonModel:
                                       DETAILS in request.requested_output_names()))
             slots.append(i)
         if chunks:
-            try:
+            try:  # a sequence whose encoder or decoder call fails comes back as a StreamFailed of its own
                 texts = self.scorer.step(chunks, self.run_encoder, run_decoder)
-            except pb_utils.TritonModelException as exc:  # rescoring failed: these streams cannot finish
+            except Exception as exc:  # noqa: BLE001 - a bug in step(): no stream of the batch can be trusted
                 for chunk in chunks:
                     self.scorer.drop(chunk.key)
-                texts = [StreamFailed(exc.message())] * len(chunks)
+                texts = [StreamFailed(f"{type(exc).__name__}: {exc}")] * len(chunks)
             details = self.scorer.last_details or [None] * len(texts)
             for i, text, info in zip(slots, texts, details):
                 if isinstance(text, StreamFailed):
