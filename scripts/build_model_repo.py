@@ -179,7 +179,8 @@ max_batch_size: {max_batch}
 {params(shared)}
 input [
   {graph_tensor(enc, "encoder_out")}, {graph_tensor(enc, "encoder_out_lens")},
-  {graph_tensor(enc, "beam_log_probs", "batch_log_probs")}, {graph_tensor(enc, "beam_log_probs_idx", "batch_log_probs_idx")}
+  {graph_tensor(enc, "beam_log_probs", "batch_log_probs")}, {graph_tensor(enc, "beam_log_probs_idx", "batch_log_probs_idx")},
+  {graph_tensor(enc, "ctc_log_probs")[:-2]} optional: true }}
 ]
 output [ {tensor("OUTPUT0", "TYPE_STRING", [1])}, {tensor("DETAILS", "TYPE_STRING", [1])} ]
 {OFFLINE_BATCHING}
@@ -199,10 +200,12 @@ ensemble_scheduling {{
     {{ model_name: "encoder" model_version: -1
       input_map {{ key: "speech" value: "SPEECH" }} input_map {{ key: "speech_lengths" value: "SPEECH_LENGTHS" }}
       output_map {{ key: "encoder_out" value: "encoder_out" }} output_map {{ key: "encoder_out_lens" value: "encoder_out_lens" }}
-      output_map {{ key: "beam_log_probs" value: "beam_log_probs" }} output_map {{ key: "beam_log_probs_idx" value: "beam_log_probs_idx" }} }},
+      output_map {{ key: "beam_log_probs" value: "beam_log_probs" }} output_map {{ key: "beam_log_probs_idx" value: "beam_log_probs_idx" }}
+      output_map {{ key: "ctc_log_probs" value: "ctc_log_probs" }} }},
     {{ model_name: "scoring" model_version: -1
       input_map {{ key: "encoder_out" value: "encoder_out" }} input_map {{ key: "encoder_out_lens" value: "encoder_out_lens" }}
       input_map {{ key: "batch_log_probs" value: "beam_log_probs" }} input_map {{ key: "batch_log_probs_idx" value: "beam_log_probs_idx" }}
+      input_map {{ key: "ctc_log_probs" value: "ctc_log_probs" }}
       output_map {{ key: "OUTPUT0" value: "TRANSCRIPTS" }} output_map {{ key: "DETAILS" value: "DETAILS" }} }}
   ]
 }}

@@ -135,6 +135,36 @@ async def test_hotwords_reach_the_search_and_cost_no_accuracy_on_held_out_uttera
     assert details_of(streamed[-1])["nbest"][0]["score"] > 1
 
 
+RARE = ROOT / "tests" / "data" / "rare_phrases"
+
+
+async def test_a_rare_phrase_missed_without_its_hotword_is_found_with_it_and_costs_nothing_elsewhere(client):
+    from asr_client.report import error_rates
+    from tests.e2e.test_bundled_model import utterances
+
+    async def text(samples, parameters=None):
+        result = await client.infer("attention_rescoring", wav_inputs(samples), parameters=parameters)
+        return result.as_numpy("TRANSCRIPTS").reshape(-1)[0].decode()
+
+    hot = {"hotwords": "cup of coffee|floor ninety"}  # phrases the demo model never heard in training
+    coffee = load_audio(RARE / "cup_of_coffee.flac").samples
+    assert "cup of coffee" not in await text(coffee)
+    assert "cup of coffee" in await text(coffee, hot)
+    # the same list on the held-out utterances, which say none of it: no word lost
+    items = utterances()
+    refs = [ref for _, _, ref in items]
+    plain = [await text(s) for _, s, _ in items]
+    biased = [await text(s, hot) for _, s, _ in items]
+    assert error_rates(list(zip(refs, biased))).wer <= error_rates(list(zip(refs, plain))).wer
+    # a name the model only knows shorter needs a larger bonus, and then also turns the shorter name, said in
+    # another utterance, into it: the price of a hotword that extends a common word
+    paula = load_audio(RARE / "paula.flac").samples
+    assert (await text(paula, {"hotwords": "paula"})).split()[0] == "paul"
+    assert (await text(paula, {"hotwords": "paula:3"})).split()[0] == "paula"
+    said_paul = [s for _, s, ref in items if ref.startswith("paul ")]
+    assert said_paul and (await text(said_paul[0], {"hotwords": "paula:3"})).startswith("paula ")
+
+
 def long_file(tmp_path, pause_s=0.7):
     """The 12 held-out utterances in one file, with pauses: (path, reference text, [(start, end)] of each)."""
     import soundfile as sf

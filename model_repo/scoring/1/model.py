@@ -28,11 +28,14 @@ class TritonPythonModel:
 
             want = DETAILS in request.requested_output_names()
             parameters = json.loads(request.parameters() or "{}")  # details; hotwords, hotwords_score
+            # every token's log-prob (optional input, mapped by the ensemble): hotword tokens outside a frame's
+            # top-k are searched too
+            full = pb_utils.get_input_tensor_by_name(request, "ctc_log_probs")
             try:
                 results = self.scorer.recognize(
                     get("encoder_out"), get("encoder_out_lens").reshape(-1), get("batch_log_probs"),
                     get("batch_log_probs_idx"), run_decoder, details=want and wants_details(parameters),
-                    parameters=parameters)
+                    parameters=parameters, full_log_probs=None if full is None else full.as_numpy())
             except ValueError as exc:  # a bad hotwords parameter: this request fails alone
                 responses.append(error_response(str(exc)))
                 continue
