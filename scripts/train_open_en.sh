@@ -23,7 +23,7 @@ if [ -n "$pid" ] && grep -qs train.py "/proc/$pid/cmdline"; then
 fi
 mkdir -p "$EXP"
 setsid nohup nice -n 10 .venv/bin/python scripts/train.py --data "$ASR_DATA/train_v2" --exp "$EXP" \
-  --max-minutes "${MAX_MINUTES:-660}" --save-minutes 5 --threads 2 --bf16 --seed 2026 \
+  --max-steps "${MAX_STEPS:-12000}" --max-minutes 100000 --save-minutes 5 --threads 2 --bf16 --seed 2026 \
   --bpe-size 300 --d-model 192 --ffn 768 --blocks 8 --heads 4 --dec-blocks 1 --kernel 15 \
   --lr 2e-3 --warmup 1500 --curriculum-steps 3000 --full-context-share 0.3 --chunk-range 8 24 \
   --emission-slack 6 >> "$EXP/train.out" 2>&1 < /dev/null &
