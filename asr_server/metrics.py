@@ -76,11 +76,10 @@ def render(manager: ModelManager) -> str:
                 ("nv_inference_compute_output_duration_us", s.compute_output.ns),
             ):
                 rows[metric].append(f"{metric}{label} {duration // 1000}")
-            queued = getattr(version.scheduler, "queued", 0)
-            pending.append(f"nv_inference_pending_request_count{label} {queued}")
-            sequences = getattr(version.scheduler, "sequences", None)
+            pending.append(f"nv_inference_pending_request_count{label} {version.scheduler.queued}")
+            sequences = version.scheduler.live_sequences
             if sequences is not None:
-                live.append(f"asr_server_live_sequences{label} {len(sequences)}")
+                live.append(f"asr_server_live_sequences{label} {sequences}")
     lines: list[str] = []
     for name, help_text in _COUNTERS:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", *rows[name]]

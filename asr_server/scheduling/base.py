@@ -64,6 +64,11 @@ class Scheduler(abc.ABC):
         return 0
 
     @property
+    def live_sequences(self) -> Optional[int]:
+        """Sequences holding state (the asr_server_live_sequences metric); None for schedulers without any."""
+        return None
+
+    @property
     def healthy(self) -> bool:
         """False once the scheduler cannot go on; the model is then reported not ready."""
         return True

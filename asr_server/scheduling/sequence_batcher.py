@@ -66,6 +66,10 @@ class SequenceBatcher(Scheduler):
         return self.table.live
 
     @property
+    def live_sequences(self) -> int:
+        return len(self.table.live)
+
+    @property
     def healthy(self) -> bool:
         return self.failure is None
 
