@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from asr_server import gpu_devices
+from asr_server.gpu import devices as gpu_devices
 from asr_server.repository.manager import ModelManager
 
 _COUNTERS = (

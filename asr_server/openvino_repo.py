@@ -16,7 +16,7 @@ from typing import Iterable, Mapping, Optional
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.gpu_profiles import load_config
+from asr_server.gpu.profiles import load_config
 
 ENCODER_MODELS = ("encoder", "streaming_encoder")
 # onnxruntime-only parameters that mean nothing to OpenVINO.

@@ -15,7 +15,8 @@ from typing import Optional
 import grpc
 from aiohttp import web
 
-from asr_server import gpu_devices, metrics, tls
+from asr_server import metrics, tls
+from asr_server.gpu import devices as gpu_devices
 from asr_server.core import CorePort, InferenceCore
 from asr_server.errors import ServerError
 from asr_server.protocol import grpc_service, restrictions

@@ -4,7 +4,7 @@
         [--timing-cache plans/timing.cache] [--split-batch 8] [--shape speech:0=16,512,2048] [--dry-run]
 
 For each of encoder, streaming_encoder and decoder: the optimisation profiles come from the model's
-config.pbtxt (asr_server/gpu_profiles.py: batch 1 / preferred / max_batch_size, the offline encoder's frames
+config.pbtxt (asr_server/gpu/profiles.py: batch 1 / preferred / max_batch_size, the offline encoder's frames
 16 / 512 / 2048); `polygraphy surgeon sanitize --fold-constants` folds the graph first when polygraphy is
 installed; the engine is built with `trtexec` when it is on PATH, else with the TensorRT 10 Python API; then
 the engine's outputs are compared with ONNX Runtime's on real features (CHECK_TOLERANCES).
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from asr_server.gpu_profiles import (Profile, derive_profiles, load_config, parse_shape_overrides,
+from asr_server.gpu.profiles import (Profile, derive_profiles, load_config, parse_shape_overrides,
                                      trtexec_shapes)
 
 MODELS = ("encoder", "streaming_encoder", "decoder")
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             build_with_python_api(step, args)
         if not args.no_check:
-            from asr_server.gpu_engine_check import check_engine
+            from asr_server.gpu.engine_check import check_engine
 
             report = check_engine(step["model"], step["config"], step["onnx"], step["plan"],
                                   CHECK_TOLERANCES["fp16" if args.fp16 else "fp32"])

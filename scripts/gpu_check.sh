@@ -50,7 +50,7 @@ for optional in ("tensorrt", "kaldifeat", "pynvml"):
         print(optional, getattr(module, "__version__", "present"))
     except Exception:
         print(optional, "absent")
-from asr_server import gpu_devices
+from asr_server.gpu import devices as gpu_devices
 print("server sees:", gpu_devices.describe_gpus() or "no GPU")
 if missing:
     print("missing:", ", ".join(missing))

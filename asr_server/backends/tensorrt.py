@@ -21,7 +21,7 @@ import numpy as np
 
 from asr_server.backends.onnxruntime import TensorBatchBackend
 from asr_server.errors import internal, invalid_argument
-from asr_server.gpu_profiles import pick_profile
+from asr_server.gpu.profiles import pick_profile
 
 log = logging.getLogger(__name__)
 

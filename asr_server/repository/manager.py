@@ -25,7 +25,7 @@ from typing import Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server import gpu_devices
+from asr_server.gpu import devices as gpu_devices
 from asr_server.backends.base import Backend, ModelContext, backend_class
 from asr_server.errors import ErrorCode, ServerError, as_server_error, unknown_model
 from asr_server.repository import config as config_io

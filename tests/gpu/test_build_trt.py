@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.gpu_profiles import derive_profiles, parse_shape_overrides, pick_profile, trtexec_shapes
+from asr_server.gpu.profiles import derive_profiles, parse_shape_overrides, pick_profile, trtexec_shapes
 from tests.conftest import BUNDLED_REPO, ROOT
 
 needs_graphs = pytest.mark.skipif(not (BUNDLED_REPO / "encoder" / "1" / "encoder.onnx").exists(),
@@ -118,7 +118,7 @@ def test_dry_run_without_trtexec_describes_the_python_api_build():
 def test_engine_check_feeds_are_real_and_the_comparison_catches_a_difference(model):
     import onnxruntime as ort
 
-    from asr_server.gpu_engine_check import check_feeds, compare
+    from asr_server.gpu.engine_check import check_feeds, compare
 
     feeds = check_feeds(model, BUNDLED_REPO / model / "config.pbtxt", BUNDLED_REPO / "encoder" / "1")
     session = ort.InferenceSession(str(BUNDLED_REPO / model / "1" / f"{model}.onnx"),
@@ -157,7 +157,7 @@ def test_build_trt_builds_an_engine_that_matches_onnx_runtime(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU visible to torch")
-    from asr_server.gpu_trt_repo import rewrite_repository
+    from asr_server.gpu.trt_repo import rewrite_repository
 
     rewrite_repository(BUNDLED_REPO, tmp_path / "twin", mode="onnx_int32")
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_trt.py"), "--repo", str(tmp_path / "twin"),

@@ -1,4 +1,4 @@
-"""asr_server.gpu_devices: which GPUs the server sees, KIND_AUTO resolving to one, and Triton's GPU gauges.
+"""asr_server.gpu.devices: which GPUs the server sees, KIND_AUTO resolving to one, and Triton's GPU gauges.
 
 Without a GPU the NVML path is exercised with a stand-in `pynvml` module (fixed device answers), which checks
 the index mapping and the metric lines' format; the real NVML/torch answers are checked where a GPU exists.
@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from asr_server import gpu_devices
+from asr_server.gpu import devices as gpu_devices
 from asr_server.metrics import render
 
 

@@ -17,7 +17,7 @@ RTOL, ATOL = 1e-4, 1e-4  # kaldi-native-fbank computes in float32 frame by frame
 
 def waveforms() -> list[np.ndarray]:
     from asr_client.audio import load_audio
-    from asr_server.gpu_engine_check import DATA
+    from asr_server.gpu.engine_check import DATA
 
     rng = np.random.default_rng(7)
     speech = [load_audio(path).samples for path in sorted(DATA.glob("*.flac"))[:2]]

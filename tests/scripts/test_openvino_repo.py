@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from asr_server.gpu_profiles import load_config
+from asr_server.gpu.profiles import load_config
 from tests.conftest import BUNDLED_REPO, ROOT
 from tests.scripts.test_build_model_repo import reference, transcripts
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from asr_server.gpu_profiles import engine_inputs, load_config
+from asr_server.gpu.profiles import engine_inputs, load_config
 
-DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "demo_utts"
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "demo_utts"
 _NUMPY = {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
           "TYPE_BOOL": np.bool_}
 

@@ -3,7 +3,7 @@
 The modules traced are the ONNX exporter's own wrappers (asr.export.graphs.OfflineEncoderGraph, StreamingEncoderGraph,
 decoder_graph), so the TorchScript and ONNX graphs compute the same function with the same tensor names and
 order: a `model.pt` can replace a `*.onnx` in a repository with only `backend: "pytorch"` changed.
-Traced on real features (gpu_engine_check.check_feeds); tests/gpu/test_torchscript.py runs them on other
+Traced on real features (engine_check.check_feeds); tests/gpu/test_torchscript.py runs them on other
 batch sizes and lengths against the ONNX graphs on CPU.
 """
 
@@ -62,8 +62,8 @@ def torchscript_repository(src: Path, dst: Path, model, kind: str = "KIND_GPU", 
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from asr_server.gpu_engine_check import check_feeds
-    from asr_server.gpu_profiles import load_config
+    from asr_server.gpu.engine_check import check_feeds
+    from asr_server.gpu.profiles import load_config
 
     shutil.copytree(src, dst)
     for name in ("encoder", "streaming_encoder", "decoder"):

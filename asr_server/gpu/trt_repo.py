@@ -22,7 +22,7 @@ from google.protobuf import text_format
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.gpu_profiles import load_config
+from asr_server.gpu.profiles import load_config
 
 GRAPH_MODELS = ("encoder", "streaming_encoder", "decoder")
 INT64, INT32 = mc.DataType.Value("TYPE_INT64"), mc.DataType.Value("TYPE_INT32")
