@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import multiprocessing as mp
 import shutil
 import subprocess
@@ -38,9 +39,9 @@ RATE = 16000
 CALIBRATE = False  # --calibrate
 LONG_MINUTES = 10.0  # --long-minutes
 FLUENT = True  # whole sentences, boundaries from synthesising prefixes (False: words synthesised one by one)
-# --calibrate measures the model's emission lag on these (kept apart from the evaluation sentences below)
-CALIBRATION = ["i need nine black chairs", "david and emma went to the hospital at three twenty",
-               "the weather is warm today", "oscar closed a glass of water on monday"]
+# --calibrate measures the model's emission lags on CALIBRATION_COUNT sentences drawn as the demo corpus draws
+# them (seed CALIBRATION_SEED), never one of the evaluation sentences below
+CALIBRATION_SEED, CALIBRATION_COUNT = 11, 30
 SENTENCES = ["can you bring two chairs to the beach", "i need twelve brown boxes",
              "peter and rosa went to the market at five forty", "my phone number is zero four eight nine",
              "carla found a cup of tea on sunday", "the train to the garden leaves at seven ten"]
@@ -233,70 +234,134 @@ def timing_errors(truth, words) -> tuple[list[float], list[float]]:
     return starts, ends
 
 
+def make_corpus():
+    """scripts/make_corpus.py's sentence and voice drawing (scripts/ is not a package)."""
+    import runpy
+    import types
+
+    return types.SimpleNamespace(**runpy.run_path(str(ROOT / "scripts" / "make_corpus.py"), run_name="make_corpus"))
+
+
+def calibration_sentences() -> list[str]:
+    import random
+
+    corpus, rng, out = make_corpus(), random.Random(CALIBRATION_SEED), []
+    while len(out) < CALIBRATION_COUNT:
+        sentence = corpus.sentence(rng)
+        if sentence not in SENTENCES and sentence not in out:
+            out.append(sentence)
+    return out
+
+
+def token_words(details: dict) -> list[dict]:
+    """Words with the times of their first and last token: what the alignment gives before the boundaries
+    between words are shared (alignment.word_times), which is what the lags are measured on."""
+    words = []
+    for t in details.get("tokens", []):
+        unit = t["token"]
+        if unit == "\u2581":  # character units: a bare word mark only separates words
+            words.append(None)
+        elif unit.startswith("\u2581") or not words or words[-1] is None:
+            words.append({"word": unit.lstrip("\u2581"), "start": t["start"], "end": t["end"]})
+        else:
+            words[-1] = {**words[-1], "word": words[-1]["word"] + unit, "end": t["end"]}
+    return [w for w in words if w]
+
+
+async def calibrate(client) -> None:
+    """The model's emission lags against espeak-ng's boundaries, on sentences kept apart from the evaluation
+    ones: how much later than the configured shift a word's first token (words after the first), its last
+    token, and the first word's first token come (medians: the figure is a mean absolute error)."""
+    from asr_client.offline import recognize
+
+    starts, ends, firsts = [], [], []
+    for sentence in calibration_sentences():
+        audio, truth = fluent(sentence)
+        r = await recognize(client, audio, parameters={"details": True}, details=True)
+        words = token_words(r.details)
+        ref, hyp = [w for w, _, _ in truth], [w["word"] for w in words]
+        for block in difflib.SequenceMatcher(a=ref, b=hyp, autojunk=False).get_matching_blocks():
+            for k in range(block.size):
+                _, s, e = truth[block.a + k]
+                w = words[block.b + k]
+                (firsts if block.b + k == 0 else starts).append(w["start"] - s)
+                ends.append(w["end"] - e)
+    start, end = np.median(starts), np.median(ends)
+    onset = np.median(firsts) - start
+    print(f"\ncalibration ({CALIBRATION_COUNT} sentences, {len(ends)} words): beyond the configured "
+          f"timestamp_shift_ms, first tokens come a median {1e3 * start:.0f} ms late and last tokens "
+          f"{1e3 * end:.0f} ms (add them to its START,END); a segment's first word comes {1e3 * onset:.0f} ms later "
+          f"still (token times do not carry ONSET: that is its value). build_model_repo.py --timestamp-shift-ms")
+
+
+async def timestamps(client, url: str) -> None:
+    """2.: mean |start error| and |end error| of the words recognised right, offline and streaming."""
+    from asr_client.offline import recognize
+    from asr_client.streaming import StreamingClient, StreamOptions
+
+    offline_s, offline_e, stream_s, stream_e = [], [], [], []
+    for sentence in SENTENCES:
+        audio, truth = fluent(sentence) if FLUENT else word_by_word(sentence)
+        r = await recognize(client, audio, parameters={"details": True}, details=True)
+        s, e = timing_errors(truth, r.details["words"])
+        offline_s += s
+        offline_e += e
+        async with StreamingClient(url, StreamOptions(chunk_ms=640, parameters={"details": True},
+                                                      details=True)) as streaming:
+            result = await streaming.transcribe(audio)
+        words = [w for p in result.partials for f in p.finals for w in f.get("words", [])]
+        s, e = timing_errors(truth, words)
+        stream_s += s
+        stream_e += e
+    print(f"\n2. word timestamps vs espeak-ng {'prefix-synthesis' if FLUENT else 'word-by-word'} boundaries "
+          f"({len(SENTENCES)} sentences):")
+    print(f"   offline:   {len(offline_s)} words, mean |start error| {1e3 * np.mean(offline_s):.0f} ms, "
+          f"mean |end error| {1e3 * np.mean(offline_e):.0f} ms, mean of both "
+          f"{1e3 * np.mean(offline_s + offline_e):.0f} ms")
+    print(f"   streaming: {len(stream_s)} words, mean |start error| {1e3 * np.mean(stream_s):.0f} ms, "
+          f"mean |end error| {1e3 * np.mean(stream_e):.0f} ms, mean of both "
+          f"{1e3 * np.mean(stream_s + stream_e):.0f} ms")
+
+
+async def endpoint_delay(url: str) -> None:
+    """3.: two sentences with a 1 s pause between them, streamed with endpointing."""
+    from asr_client.streaming import StreamingClient, StreamOptions
+
+    delays, arrivals = [], []
+    for first, second in zip(SENTENCES, SENTENCES[1:] + SENTENCES[:1]):
+        a, b = espeak(first), espeak(second)
+        a_speech_end = loud_span(a)[1]
+        noise = (0.002 * np.random.default_rng(1).standard_normal(RATE)).astype(np.float32)
+        audio = np.concatenate([a[:int(a_speech_end * RATE)], noise, trim(b), noise[:RATE // 2]])
+        options = StreamOptions(chunk_ms=640, parameters={"endpoint": True}, details=True)
+        async with StreamingClient(url, options) as streaming:
+            result = await streaming.transcribe(audio)
+        firsts = [(p, f) for p in result.partials for f in p.finals if f["segment"] == 0]
+        if firsts and firsts[0][1]["end"] < a_speech_end + 1.0 + 0.5:
+            p, f = firsts[0]
+            delays.append(f["end"] - a_speech_end)
+            arrivals.append(p.audio_end_s - a_speech_end)
+    print(f"\n3. endpoint after a 1 s pause (rule 2 at its default 0.8 s, 640 ms chunks), {len(delays)} of "
+          f"{len(SENTENCES)} pauses detected:")
+    if delays:
+        print(f"   segment end after the last word's end: mean {1e3 * np.mean(delays):.0f} ms, max "
+              f"{1e3 * np.max(delays):.0f} ms; final received once the client had sent audio up to "
+              f"mean {1e3 * np.mean(arrivals):.0f} ms, max {1e3 * np.max(arrivals):.0f} ms after it")
+
+
 # ------------------------------------------------------------------------------------------- served
 
 
 async def served(url: str, items) -> None:
     import tritonclient.grpc.aio as aioclient
 
-    from asr_client.offline import recognize
-    from asr_client.streaming import StreamingClient, StreamOptions
-
     client = aioclient.InferenceServerClient(url)
     if CALIBRATE:
-        signed = []
-        for sentence in CALIBRATION:
-            audio, truth = fluent(sentence)
-            r = await recognize(client, audio, parameters={"details": True}, details=True)
-            signed += signed_errors(truth, r.details["words"])
-        lag = np.median(np.array(signed), axis=0)
-        print(f"\ncalibration ({len(signed)} words): times are late by a median {1e3 * lag[0]:.0f} ms (start), "
-              f"{1e3 * lag[1]:.0f} ms (end): add them to build_model_repo.py --timestamp-shift-ms")
+        await calibrate(client)
     # 2. timestamps
     if shutil.which("espeak-ng"):
-        offline_s, offline_e, stream_s, stream_e = [], [], [], []
-        for sentence in SENTENCES:
-            audio, truth = fluent(sentence) if FLUENT else word_by_word(sentence)
-            r = await recognize(client, audio, parameters={"details": True}, details=True)
-            s, e = timing_errors(truth, r.details["words"])
-            offline_s += s
-            offline_e += e
-            async with StreamingClient(url, StreamOptions(chunk_ms=640, parameters={"details": True},
-                                                          details=True)) as streaming:
-                result = await streaming.transcribe(audio)
-            words = [w for p in result.partials for f in p.finals for w in f.get("words", [])]
-            s, e = timing_errors(truth, words)
-            stream_s += s
-            stream_e += e
-        print(f"\n2. word timestamps vs espeak-ng {'prefix-synthesis' if FLUENT else 'word-by-word'} boundaries "
-              f"({len(SENTENCES)} sentences):")
-        print(f"   offline:   {len(offline_s)} words, mean |start error| {1e3 * np.mean(offline_s):.0f} ms, "
-              f"mean |end error| {1e3 * np.mean(offline_e):.0f} ms, mean of both "
-              f"{1e3 * np.mean(offline_s + offline_e):.0f} ms")
-        print(f"   streaming: {len(stream_s)} words, mean |start error| {1e3 * np.mean(stream_s):.0f} ms, "
-              f"mean |end error| {1e3 * np.mean(stream_e):.0f} ms, mean of both "
-              f"{1e3 * np.mean(stream_s + stream_e):.0f} ms")
-        # 3. endpoint after a 1 s pause
-        delays, arrivals = [], []
-        for first, second in zip(SENTENCES, SENTENCES[1:] + SENTENCES[:1]):
-            a, b = espeak(first), espeak(second)
-            a_speech_end = loud_span(a)[1]
-            noise = (0.002 * np.random.default_rng(1).standard_normal(RATE)).astype(np.float32)
-            audio = np.concatenate([a[:int(a_speech_end * RATE)], noise, trim(b), noise[:RATE // 2]])
-            options = StreamOptions(chunk_ms=640, parameters={"endpoint": True}, details=True)
-            async with StreamingClient(url, options) as streaming:
-                result = await streaming.transcribe(audio)
-            firsts = [(p, f) for p in result.partials for f in p.finals if f["segment"] == 0]
-            if firsts and firsts[0][1]["end"] < a_speech_end + 1.0 + 0.5:
-                p, f = firsts[0]
-                delays.append(f["end"] - a_speech_end)
-                arrivals.append(p.audio_end_s - a_speech_end)
-        print(f"\n3. endpoint after a 1 s pause (rule 2 at its default 0.8 s, 640 ms chunks), {len(delays)} of "
-              f"{len(SENTENCES)} pauses detected:")
-        if delays:
-            print(f"   segment end after the last word's end: mean {1e3 * np.mean(delays):.0f} ms, max "
-                  f"{1e3 * np.max(delays):.0f} ms; final received once the client had sent audio up to "
-                  f"mean {1e3 * np.mean(arrivals):.0f} ms, max {1e3 * np.max(arrivals):.0f} ms after it")
+        await timestamps(client, url)
+        await endpoint_delay(url)
     # 4. long file
     await long_file(client, items)
     await client.close()
@@ -313,28 +378,24 @@ def recording(minutes: float, seed: int = 7, noise_std: float = 0.002):
     scripts/make_corpus.py draws its test sets (its own synthesis, without its per-utterance noise), with
     0.5-1.0 s of pause added between sentences beside their own 0.05-0.4 s lead-in and tail."""
     import random
-    import runpy
-    import types
 
     from asr_client.audio import load_audio
 
-    # the demo corpus's own sentence and voice drawing (scripts/ is not a package)
-    make_corpus = types.SimpleNamespace(**runpy.run_path(str(ROOT / "scripts" / "make_corpus.py"),
-                                                         run_name="make_corpus"))
+    corpus = make_corpus()
 
     rng = random.Random(seed)
-    variants = sorted(v.name for v in make_corpus.VARIANTS_DIR.iterdir()) if make_corpus.VARIANTS_DIR.is_dir() else []
+    variants = sorted(v.name for v in corpus.VARIANTS_DIR.iterdir()) if corpus.VARIANTS_DIR.is_dir() else []
     pieces, texts, bounds, pos = [], [], [], 0
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "wavs" / "long").mkdir(parents=True)
         while pos < minutes * 60 * RATE:
-            voice = rng.choice(make_corpus.ACCENTS)
+            voice = rng.choice(corpus.ACCENTS)
             if variants and rng.random() < 0.5:
                 voice += "+" + rng.choice(variants)
-            settings = {**make_corpus.random_settings(rng), "snr_db": float("inf")}
-            job = make_corpus.Job("long", f"u{len(texts):04d}", make_corpus.sentence(rng), voice,
+            settings = {**corpus.random_settings(rng), "snr_db": float("inf")}
+            job = corpus.Job("long", f"u{len(texts):04d}", corpus.sentence(rng), voice,
                                   seed=rng.randrange(2 ** 31), **settings)
-            made = make_corpus.synthesise(job, Path(tmp))
+            made = corpus.synthesise(job, Path(tmp))
             if made is None:
                 continue
             speech = load_audio(made[2]).samples

@@ -123,7 +123,7 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
     if (model_dir / "bpe.model").exists():
         shared["bpe_model"] = "bpe.model"
         tokenizer_files["bpe.model"] = model_dir / "bpe.model"
-    if timestamp_shift_ms:  # how late the model emits words: "START,END" ms (bench/asr_extras.py measures it)
+    if timestamp_shift_ms:  # how late the model emits words: "START,END[,ONSET]" ms (bench/asr_extras.py --calibrate)
         shared["timestamp_shift_ms"] = timestamp_shift_ms
     if hotwords is not None:  # the model's hotwords, copied next to the decoding models' configs
         shared["hotwords_file"] = "hotwords.txt"
@@ -340,8 +340,9 @@ def main() -> int:
                    help="openvino: the encoders as OpenVINO IR on the openvino backend (the 'openvino' extra; "
                         "bench/openvino_vs_ort.py compares the two)")
     p.add_argument("--timestamp-shift-ms", default="",
-                   help="START,END: ms the model emits a word's first/last token after it is spoken; word times "
-                        "move earlier by them (bench/asr_extras.py --calibrate measures them)")
+                   help="START,END[,ONSET]: ms the model emits a word's first/last token after it is spoken, and "
+                        "how much later still the first word after a pause; word times move earlier by them "
+                        "(bench/asr_extras.py --calibrate measures them)")
     args = p.parse_args()
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
     rate, context = model_subsampling(args.model_dir)

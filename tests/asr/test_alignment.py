@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asr_server.asr.decoding.alignment import align_tokens, group_words
+from asr_server.asr.decoding.alignment import TokenTime, align_tokens, group_words, word_times
 from asr_server.asr.decoding.details import hypothesis_details, wants_details
 from asr_server.asr.units import SymbolTable, Tokenizer
 
@@ -68,7 +68,9 @@ def test_details_dict_has_words_tokens_and_nbest():
     info = hypothesis_details(tokenizer, (2, 3), log_probs, ids, 0.04, 0.0, [((2, 3), -0.5), ((2,), -3.0)])
     assert info["text"] == "can you"
     assert [w["word"] for w in info["words"]] == ["can", "you"]
-    assert info["words"][0] == {"word": "can", "start": 0.12, "end": 0.16, "confidence": 0.9}
+    # spikes at 0.12 and 0.32 s: no pause between, one boundary at the middle of 0.16 and 0.32
+    assert info["words"][0] == {"word": "can", "start": 0.12, "end": 0.24, "confidence": 0.9}
+    assert info["words"][1]["start"] == 0.24 and info["words"][1]["end"] == 0.36
     assert [t["token"] for t in info["tokens"]] == ["▁can", "▁you"]
     assert info["nbest"] == [{"text": "can you", "score": -0.5}, {"text": "can", "score": -3.0}]
     assert set(hypothesis_details(tokenizer, (2,), None, None, 0.04)) == {"text"}
@@ -85,3 +87,23 @@ def test_the_models_emission_lag_moves_times_earlier_but_not_before_the_segment(
     log_probs, ids = spikes(30, {2: 2, 9: 3})
     times = align_tokens(log_probs, ids, [2, 3], BPE, frame_seconds=0.04, offset_seconds=1.0, shift=(0.2, 0.1))
     assert [(round(t.start, 3), round(t.end, 3)) for t in times] == [(1.0, 1.02), (1.16, 1.3)]
+
+
+def timed(*spans):
+    """("▁word", start, end) -> TokenTime of a whole-word unit."""
+    return [TokenTime(i, unit, a, b, 0.9) for i, (unit, a, b) in enumerate(spans)]
+
+
+def test_words_without_a_pause_share_one_boundary_and_a_word_after_a_pause_starts_earlier():
+    tokens = timed(("▁can", 1.30, 1.40), ("▁you", 1.60, 1.70), ("▁go", 1.64, 1.90), ("▁home", 3.0, 3.2))
+    words = word_times(tokens, onset_shift=0.15, floor=1.0)
+    got = [(w.word, round(w.start, 3), round(w.end, 3)) for w in words]
+    assert got == [
+        ("can", 1.15, 1.5),  # first of the segment: onset lag; its end and the next start meet at 1.5
+        ("you", 1.5, 1.67),  # estimates that overlap (1.64 < 1.70) meet in the middle too
+        ("go", 1.67, 1.9),
+        ("home", 2.85, 3.2),  # 1.1 s after "go": a pause, so its own start, with the onset lag
+    ]
+    # the onset lag never takes a word before the segment's start or into the word before it
+    assert word_times(timed(("▁a", 1.05, 1.1)), onset_shift=0.3, floor=1.0)[0].start == 1.0
+    assert word_times(timed(("▁a", 1.0, 1.1), ("▁b", 1.7, 1.8)), onset_shift=0.7)[1].start == 1.1

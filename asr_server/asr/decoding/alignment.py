@@ -24,6 +24,9 @@ from ._ctc_kernels import _jit
 from ..units import WORD_START, SymbolTable, tokens_to_text
 
 OUTSIDE_TOP_K = -1.0e4  # log-prob of a token that is not among a frame's top-k (finite: a path always exists)
+# Two words whose estimated times leave less than this between them are taken to be spoken one after the other
+# with no pause, so they share one boundary (sherpa-onnx's VAD calls a shorter silence no pause either).
+JOIN_GAP_S = 0.5
 
 
 @_jit
@@ -153,4 +156,31 @@ def group_words(token_times: Sequence[TokenTime]) -> list[WordTime]:
         text = tokens_to_text(t.symbol for t in group)
         if text:
             out.append(WordTime(text, group[0].start, group[-1].end, min(t.confidence for t in group)))
+    return out
+
+
+def word_times(token_times: Sequence[TokenTime], onset_shift: float = 0.0, floor: float = 0.0,
+               join_gap: float = JOIN_GAP_S) -> list[WordTime]:
+    """Words with their times estimated from the tokens' CTC spikes, where the spikes say least.
+
+    A word's start comes from its first token's spike and its end from its last token's; each is off by the
+    token's own lag around the model's mean (~100 ms on the demo model). Between two words spoken without a
+    pause there is one boundary, estimated twice (the end of one, the start of the next): it is put at the
+    middle of the two, which halves the error the two estimates do not share. A word after a pause (the
+    first of a segment, or one whose estimated start lies ``join_gap`` or more after the previous end) starts
+    ``onset_shift`` seconds earlier still: the model emits the first token after silence later than the others
+    (a property of the model, measured with bench/asr_extras.py --calibrate). Times never go before ``floor``
+    (the segment's start) nor before the previous word's end.
+    """
+    words = group_words(token_times)
+    out: list[WordTime] = []
+    for word in words:
+        prev = out[-1] if out else None
+        if prev is not None and word.start - prev.end < join_gap:
+            boundary = min(max((prev.end + word.start) / 2, prev.start), word.end)
+            out[-1] = WordTime(prev.word, prev.start, boundary, prev.confidence)
+            out.append(WordTime(word.word, boundary, word.end, word.confidence))
+        else:
+            start = max(word.start - onset_shift, floor, prev.end if prev is not None else floor)
+            out.append(WordTime(word.word, min(start, word.end), word.end, word.confidence))
     return out

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .alignment import align_tokens, group_words
+from .alignment import align_tokens, word_times
 from ..units import Tokenizer
 
 DETAILS = "DETAILS"  # the optional output's name on every ASR model
@@ -36,7 +36,7 @@ def _r(x: float) -> float:
 def hypothesis_details(tokenizer: Tokenizer, tokens: Sequence[int], log_probs: Optional[np.ndarray],
                        ids: Optional[np.ndarray], frame_seconds: float, offset_seconds: float = 0.0,
                        nbest: Sequence[tuple[Sequence[int], float]] = (),
-                       shift: tuple[float, float] = (0.0, 0.0),
+                       shift: tuple[float, ...] = (0.0, 0.0),
                        full_log_probs: Optional[np.ndarray] = None) -> dict:
     """Words, tokens and n-best of one hypothesis decoded from ``log_probs``/``ids`` (T, K) top-k frames;
     ``full_log_probs`` (T, V), when known, align it instead (a hotword token may lie outside the top-k)."""
@@ -45,9 +45,11 @@ def hypothesis_details(tokenizer: Tokenizer, tokens: Sequence[int], log_probs: O
         log_probs = full_log_probs
         ids = np.broadcast_to(np.arange(full_log_probs.shape[1], dtype=np.int64), full_log_probs.shape)
     if log_probs is not None and ids is not None:
-        times = align_tokens(log_probs, ids, tokens, tokenizer.symbols, frame_seconds, offset_seconds, shift)
+        # shift: the model's emission lags (start, end[, onset]) in seconds (alignment.word_times)
+        times = align_tokens(log_probs, ids, tokens, tokenizer.symbols, frame_seconds, offset_seconds, shift[:2])
+        onset = shift[2] if len(shift) > 2 else 0.0
         out["words"] = [{"word": w.word, "start": _r(w.start), "end": _r(w.end), "confidence": _r(w.confidence)}
-                        for w in group_words(times)]
+                        for w in word_times(times, onset, floor=offset_seconds)]
         out["tokens"] = [{"token": t.symbol, "start": _r(t.start), "end": _r(t.end), "confidence": _r(t.confidence)}
                          for t in times]
     if nbest:

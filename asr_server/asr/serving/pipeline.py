@@ -39,8 +39,9 @@ class DecodingSettings:
     max_rescoring_frames: int = 1500  # encoder frames (60 s of 40 ms) a stream keeps for rescoring; 0: all
     endpoint: EndpointRules = EndpointRules()  # the model's endpointing (requests may override it on START)
     frame_seconds: float = 0.04  # one encoder frame: fbank shift (10 ms) x subsampling (4); for timestamps
-    # seconds the model emits a word's first / last token after it is spoken (timestamps move earlier by them)
-    timestamp_shift: tuple[float, float] = (0.0, 0.0)
+    # seconds the model emits a word's first / last token after it is spoken (timestamps move earlier by them),
+    # and optionally how much later still the first word after a pause (alignment.word_times)
+    timestamp_shift: tuple[float, ...] = (0.0, 0.0)
 
     def search_options(self) -> SearchOptions:
         return SearchOptions(method=self.search_method, beam_size=self.beam_size, top_k=self.beam_size,
