@@ -23,7 +23,7 @@ from typing import Optional, Sequence, TextIO
 import tritonclient.grpc.aio as grpcclient
 from tqdm import tqdm
 
-from asr_client import longform, report, subtitles
+from asr_client import chunking, longform, report, subtitles
 from asr_client.audio import SAMPLE_RATE, AudioError, load_audio, read_pcm16_blocks
 from asr_client.batch import BatchResult, TranscribeOptions, UtteranceResult, transcribe_files
 from asr_client.inputs import InputError, Utterance, collect_utterances
@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="audio per streaming request, ms (default 640; the server buffers any length)")
         sub.add_argument("--wenet-chunks", action="store_true",
                          help="stream WeNet's zero-padded chunks: 11040 samples, then 10240")
+        sub.add_argument("--lookahead-ms", type=float, default=chunking.LOOKAHEAD_MS,
+                         help="extra audio in the first streamed chunk, ms (default 50: each 640 ms chunk then "
+                              "completes one decoding window of the demo model; 0: all chunks equal)")
         sub.add_argument("--realtime", action="store_true", help="pace streamed chunks at the speed of speech")
         sub.add_argument("--hotwords", default=None,
                          help="phrases to favour, 'a|b c:3' (score per token after ':'); request parameter hotwords")
@@ -69,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--endpoint", action="store_true",
                         help="end a segment at each pause and print it as it ends (the stream goes on)")
     stream.add_argument("--endpoint-silence", type=float, default=None,
-                        help="seconds of trailing silence that end a segment (default: the model's, 0.8)")
+                        help="seconds of quiet trailing silence that end a segment (default: the model's, 0.5)")
     stream.add_argument("--words", action="store_true", help="print each segment's words with their times")
 
     batch = commands.add_parser("transcribe", help="transcribe files, folders, wav.scp lists or JSONL manifests")
@@ -155,7 +158,8 @@ async def _stream_command(args: argparse.Namespace) -> int:
         parameters["details"] = True
     options = StreamOptions(
         model=args.model or DEFAULT_STREAMING_MODEL, chunk_ms=args.chunk_ms,
-        wenet_chunks=args.wenet_chunks, realtime=args.realtime, parameters=parameters or None,
+        wenet_chunks=args.wenet_chunks, lookahead_ms=args.lookahead_ms, realtime=args.realtime,
+        parameters=parameters or None,
         details=args.endpoint or args.words,
     )
     stop = asyncio.Event()
@@ -245,7 +249,8 @@ async def _transcribe_command(args: argparse.Namespace) -> int:
             raise ValueError("--long cuts files for the offline model: it does not go with --streaming")
         options = TranscribeOptions(
             streaming=args.streaming, model=args.model, concurrency=args.concurrency,
-            stream=StreamOptions(chunk_ms=args.chunk_ms, wenet_chunks=args.wenet_chunks, realtime=args.realtime),
+            stream=StreamOptions(chunk_ms=args.chunk_ms, wenet_chunks=args.wenet_chunks,
+                                 lookahead_ms=args.lookahead_ms, realtime=args.realtime),
             parameters={"hotwords": args.hotwords} if args.hotwords else None,
             words=args.words or args.format != "jsonl", long=args.long,
         )

@@ -37,6 +37,7 @@ class StreamOptions:
     model: str = DEFAULT_STREAMING_MODEL  # Triton model (usually the streaming ensemble)
     chunk_ms: float = DEFAULT_CHUNK_MS  # chunk length sent per request, milliseconds of audio
     wenet_chunks: bool = False  # send WeNet's zero-padded 11040 then 10240-sample chunks instead of chunk_ms
+    lookahead_ms: float = chunking.LOOKAHEAD_MS  # the first chunk's extra audio (chunking.py says why)
     realtime: bool = False  # pace chunks at the speed of speech (a chunk leaves once its audio "happened")
     stream_timeout_s: Optional[float] = None  # give up on an utterance's stream after this many seconds
     # request parameters sent with START: details, endpoint, endpoint_rule2_silence, hotwords, ...
@@ -51,7 +52,7 @@ class StreamOptions:
 
     @property
     def plan(self) -> chunking.ChunkPlan:
-        return chunking.ChunkPlan.from_options(self.chunk_ms, self.wenet_chunks)
+        return chunking.ChunkPlan.from_options(self.chunk_ms, self.wenet_chunks, self.lookahead_ms)
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,15 @@ async def test_stdin_pcm_blocks_at_8k_are_resampled_without_losing_samples():
 
 
 def test_chunk_plans_default_and_wenet():
+    # the first chunk carries the decoding window's look-ahead (50 ms), so each later 640 ms chunk completes a
+    # window of 67 fbank frames (10960 + 10240 k samples) instead of waiting for the next chunk
     plan = chunking.ChunkPlan.from_options(640, wenet_chunks=False)
-    assert [len(c) for c in chunking.split(np.zeros(25_000, np.float32), plan)] == [10240, 10240, 4520]
+    sizes = [len(c) for c in chunking.split(np.zeros(40_000, np.float32), plan)]
+    assert sizes == [11040, 10240, 10240, 8480]
+    ends = np.cumsum(sizes)[:-1]
+    assert all(10960 + 10240 * k <= end < 10960 + 10240 * k + 160 for k, end in enumerate(ends))
+    even = chunking.ChunkPlan.from_options(640, wenet_chunks=False, lookahead_ms=0)
+    assert [len(c) for c in chunking.split(np.zeros(25_000, np.float32), even)] == [10240, 10240, 4520]
     wenet = chunking.ChunkPlan.from_options(640, wenet_chunks=True)
     chunks = list(chunking.split(np.ones(28_000, np.float32), wenet))
     assert [len(c) for c in chunks] == [11040, 10240, 6720]
@@ -62,6 +69,8 @@ def test_chunk_plans_default_and_wenet():
     assert last[6720:].sum() == 0 and last[:6720].sum() == 6720
     with pytest.raises(ValueError):
         chunking.ChunkPlan.from_options(0, wenet_chunks=False)
+    with pytest.raises(ValueError):
+        chunking.ChunkPlan.from_options(640, wenet_chunks=False, lookahead_ms=-1)
 
 
 async def test_rechunk_and_flag_last_cut_blocks_of_any_length():

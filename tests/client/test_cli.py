@@ -64,7 +64,7 @@ async def test_stream_file_prints_partials_on_stderr_and_the_final_on_stdout(url
     rc = await asyncio.to_thread(main, ["stream", str(corpus.paths["d"]), "--url", url])
     out, err = capsys.readouterr()
     assert rc == 0 and out == corpus.texts["d"] + "\n"
-    assert "partial    0.64s: zero one\n" in err and "partial    1.28s: zero one two three four\n" in err
+    assert "partial    0.69s: zero one\n" in err and "partial    1.33s: zero one two three four\n" in err
     assert "3 chunks, 1.75 s audio" in err
 
 
@@ -132,7 +132,7 @@ async def test_stream_microphone_stops_after_duration(url, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "sounddevice", FakeSoundDevice(tones("one two three four five", seed=4)))
     rc = await asyncio.to_thread(main, ["stream", "--microphone", "--duration", "0.75", "-u", url, "--chunk-ms", "100"])
     out, err = capsys.readouterr()
-    assert rc == 0 and out == "one two three\n" and "8 chunks, 0.75 s audio" in err
+    assert rc == 0 and out == "one two three\n" and "7 chunks, 0.75 s audio" in err  # 150 ms, then 100 ms
 
 
 async def test_transcribe_usage_and_input_errors(tmp_path, capsys):

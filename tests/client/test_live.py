@@ -22,9 +22,10 @@ async def test_stream_sends_640ms_chunks_and_gets_growing_partials_then_the_fina
         result = await client.transcribe(samples, sequence_id=77, on_partial=seen.append)
     assert result.text == corpus.texts["d"] == "zero one two three four five six"
     assert result.sequence_id == 77 and result.audio_s == pytest.approx(1.75)
-    # 10240-sample chunks end at 0.64 s and 1.28 s: 2 then 5 complete 250 ms words; END decodes all 7.
+    # chunks end at 0.69 s and 1.33 s: 2 then 5 complete 250 ms words; END decodes all 7.
     assert [p.text for p in result.partials] == ["zero one", "zero one two three four", result.text]
-    assert [p.audio_end_s for p in result.partials] == [0.64, 1.28, 1.75]
+    # 640 ms chunks after a first one 50 ms longer (the decoding window's look-ahead)
+    assert [p.audio_end_s for p in result.partials] == [0.69, 1.33, 1.75]
     assert seen == list(result.partials)
     assert all(0 < latency < 5 for latency in result.chunk_latencies_s)
 
