@@ -323,31 +323,70 @@ async def timestamps(client, url: str) -> None:
           f"{1e3 * np.mean(stream_s + stream_e):.0f} ms")
 
 
-async def endpoint_delay(url: str) -> None:
-    """3.: two sentences with a 1 s pause between them, streamed with endpointing."""
+async def endpoint_delay(url: str, items=()) -> None:
+    """3.: two sentences with a 1 s pause between them, streamed with endpointing in 640 ms chunks, the pause
+    at four phases of the chunk grid (0/160/320/480 ms of lead-in): where the first segment ended, and what
+    the user sees: how much audio had been sent when its final came back (the final can only come with the
+    chunk that completes the decoding window holding the endpoint), and that response's round trip (it
+    carries the rescoring) against the other chunks'. Then the price: single sentences (``items``) that a
+    threshold cuts in two."""
     from asr_client.streaming import StreamingClient, StreamOptions
+    from asr_server.asr.decoding.endpoint import EndpointRules
 
-    delays, arrivals = [], []
+    noise = (0.002 * np.random.default_rng(1).standard_normal(RATE)).astype(np.float32)
+    pairs = []
     for first, second in zip(SENTENCES, SENTENCES[1:] + SENTENCES[:1]):
         a, b = espeak(first), espeak(second)
-        a_speech_end = loud_span(a)[1]
-        noise = (0.002 * np.random.default_rng(1).standard_normal(RATE)).astype(np.float32)
-        audio = np.concatenate([a[:int(a_speech_end * RATE)], noise, trim(b), noise[:RATE // 2]])
-        options = StreamOptions(chunk_ms=640, parameters={"endpoint": True}, details=True)
-        async with StreamingClient(url, options) as streaming:
-            result = await streaming.transcribe(audio)
-        firsts = [(p, f) for p in result.partials for f in p.finals if f["segment"] == 0]
-        if firsts and firsts[0][1]["end"] < a_speech_end + 1.0 + 0.5:
-            p, f = firsts[0]
-            delays.append(f["end"] - a_speech_end)
-            arrivals.append(p.audio_end_s - a_speech_end)
-    print(f"\n3. endpoint after a 1 s pause (rule 2 at its default 0.8 s, 640 ms chunks), {len(delays)} of "
-          f"{len(SENTENCES)} pauses detected:")
-    if delays:
-        print(f"   segment end after the last word's end: mean {1e3 * np.mean(delays):.0f} ms, max "
-              f"{1e3 * np.max(delays):.0f} ms; final received once the client had sent audio up to "
-              f"mean {1e3 * np.mean(arrivals):.0f} ms, max {1e3 * np.max(arrivals):.0f} ms after it")
-
+        pairs.append((a[:int(loud_span(a)[1] * RATE)], trim(b)))
+    print("\n3. endpoint after a 1 s pause (640 ms chunks, 24 pauses: 6 sentence pairs x 4 phases):")
+    default = EndpointRules()
+    blank_only = {"endpoint_rule2_quiet_db": 0, "endpoint_rule4_silence": 10}
+    settings = {
+        "any blanks 0.8 s (the rule before)": {"endpoint_rule2_silence": 0.8, **blank_only},
+        "any blanks 0.5 s": {"endpoint_rule2_silence": 0.5, **blank_only},
+        f"default: quiet blanks {default.rule2_silence} s ({default.rule2_quiet_db:g} dB), any blanks "
+        f"{default.rule4_silence} s": {},
+        "quiet blanks 0.6 s": {"endpoint_rule2_silence": 0.6},
+    }
+    for name, rules in settings.items():
+        ends, arrivals, final_rtt, other_rtt, missed, early = [], [], [], [], 0, 0
+        parameters = {"endpoint": True, **rules}
+        for a, b in pairs:
+            for lead_ms in (0, 160, 320, 480):
+                lead = noise[:lead_ms * RATE // 1000]
+                audio = np.concatenate([lead, a, noise, b, noise[:RATE // 2]])
+                speech_end = (len(lead) + len(a)) / RATE
+                async with StreamingClient(url, StreamOptions(chunk_ms=640, parameters=parameters,
+                                                              details=True)) as streaming:
+                    result = await streaming.transcribe(audio)
+                # the endpoint of the pause: the first segment to end after the first sentence (an earlier one
+                # cut the sentence itself)
+                ended = [(p, f) for p in result.partials for f in p.finals]
+                early += any(f["end"] < speech_end - 0.1 for _, f in ended)
+                after = [(p, f) for p, f in ended if f["end"] >= speech_end - 0.1]
+                if not after or after[0][1]["end"] > speech_end + 1.0 + 0.5:
+                    missed += 1
+                    continue
+                p, f = after[0]
+                ends.append(f["end"] - speech_end)
+                arrivals.append(p.audio_end_s - speech_end)
+                final_rtt.append(p.latency_s)
+                other_rtt += [q.latency_s for q in result.partials[:-1] if q is not p]
+        arrivals_ms = 1e3 * np.array(arrivals) if arrivals else np.zeros(1)
+        print(f"   {name}: {len(ends)} of {len(ends) + missed} pauses ended a segment ({early} first sentences "
+              f"also cut inside), mean {1e3 * np.mean(ends):.0f} ms after the last word; the final came "
+              f"once the client had sent audio up to mean {arrivals_ms.mean():.0f} ms, max {arrivals_ms.max():.0f} "
+              f"ms after it (mean {arrivals_ms.mean() - 1000:.0f}, max {arrivals_ms.max() - 1000:.0f} ms after the "
+              f"1 s pause); {np.mean(arrivals_ms <= 1300) * 100:.0f}% within 300 ms; round trip of that response "
+              f"{1e3 * np.median(final_rtt):.0f} ms (median), of the other chunks {1e3 * np.median(other_rtt):.0f} ms")
+        if items:
+            split = 0
+            for _, samples, _ in items:
+                async with StreamingClient(url, StreamOptions(chunk_ms=640, parameters=parameters,
+                                                              details=True)) as streaming:
+                    result = await streaming.transcribe(samples)
+                split += sum(len(p.finals) for p in result.partials) > 1
+            print(f"      single sentences cut in two or more segments: {split} of {len(items)}")
 
 # ------------------------------------------------------------------------------------------- served
 
@@ -361,7 +400,7 @@ async def served(url: str, items) -> None:
     # 2. timestamps
     if shutil.which("espeak-ng"):
         await timestamps(client, url)
-        await endpoint_delay(url)
+        await endpoint_delay(url, items)
     # 4. long file
     await long_file(client, items)
     await client.close()

@@ -25,6 +25,20 @@ def test_rules_fire_on_their_thresholds():
     assert detector.scan(np.zeros(3, np.int64)) == (1, RULE1)  # the 10th frame
     assert detector.scan(np.array([0, 2, 0, 0, 0, 0, 0, 0])) == (7, RULE2)  # 5 blanks after a token
     assert detector.scan(np.array([2, 3] * 30)) == (25, RULE3)  # 25 frames of speech = 1 s
+    # with loudness: rule 2 counts only blanks 6 dB (1.38 log-mel) under the loudest speech frame
+    speech, loud, quiet = np.array([2]), np.array([10.0]), np.full(8, 8.0)
+    assert detector.scan(speech, loud) is None
+    assert detector.scan(np.zeros(8, np.int64), np.full(8, 9.0)) is None  # 1 below: still speech
+    assert detector.scan(np.zeros(8, np.int64), quiet) == (5, RULE2)  # 5 quiet blanks = 0.2 s
+
+
+def test_rule2_counts_the_silence_from_the_end_of_the_word_not_from_its_late_last_token():
+    rules = EndpointRules(enabled=True, rule2_silence=0.8)
+    on_time = EndpointDetector(rules, FRAME_S)
+    late = EndpointDetector(rules, FRAME_S, emission_lag=0.2)  # last token emitted 200 ms after the word
+    speech_then_blanks = np.array([2] + [0] * 30)
+    assert on_time.scan(speech_then_blanks) == (21, RULE2)  # 20 blanks = 0.8 s
+    assert late.scan(speech_then_blanks) == (16, RULE2)  # 15 blanks = 0.6 s, + 0.2 s before the token
 
 
 def test_disabled_rules_never_fire_and_parameters_override_the_model():
@@ -36,6 +50,9 @@ def test_disabled_rules_never_fire_and_parameters_override_the_model():
         EndpointRules().updated({"endpoint_rule2_silence": "soon"})
     with pytest.raises(ValueError, match="positive"):
         EndpointRules(rule3_length=0)
+    with pytest.raises(ValueError, match="quiet_db"):
+        EndpointRules(rule2_quiet_db=-3)
+    assert EndpointRules().updated({"endpoint_rule4_silence": "2"}).rule4_silence == 2.0
 
 
 class ScriptedEncoder:
@@ -62,12 +79,18 @@ class ScriptedEncoder:
         return out
 
 
-def stream(scorer, frames_per_chunk, n_fbank, parameters, script, details=True):
+def stream(scorer, frames_per_chunk, n_fbank, parameters, script, details=True, loud_blanks=False):
+    """Chunks of fbank frames whose loudness follows the script: 10 (log-mel) on the 4 input frames of an
+    encoder frame with a token, 0 elsewhere (or 10 everywhere: ``loud_blanks``, speech that goes on)."""
     encoder = ScriptedEncoder(script)
+    fbank = np.full((n_fbank, DIM), 10.0 if loud_blanks else 0.0, np.float32)
+    for frame, token in enumerate(script):
+        if token:
+            fbank[4 * frame:4 * frame + 4] = 10.0
     texts, infos, pos, index = [], [], 0, 0
     while pos < n_fbank:
         size = min(frames_per_chunk, n_fbank - pos)
-        chunk = StreamChunk(9, np.zeros((size, DIM), np.float32), start=index == 0, end=pos + size >= n_fbank,
+        chunk = StreamChunk(9, fbank[pos:pos + size], start=index == 0, end=pos + size >= n_fbank,
                             parameters=parameters if index == 0 else {}, want_details=details)
         texts += scorer.step([chunk], encoder, rescorer=None)
         infos.append(scorer.last_details[0])
@@ -99,6 +122,24 @@ def test_a_pause_ends_a_segment_and_the_stream_goes_on(chunk):
     assert finals[1]["words"] == [{"word": "b", "start": 0.8, "end": 0.84, "confidence": 0.9}]
     assert infos[-1]["final"] is True  # END after the last endpoint: no empty segment of its own
     assert scorer.streams == {}
+
+
+def test_blanks_over_loud_audio_are_speech_going_on_for_rule2_and_rule4_ends_them_later():
+    # the same script over audio that stays loud: 19 blank frames are not a quiet pause (rule 2 holds off);
+    # rule 4 (blanks, loud or not) ends the segment after its own, longer, silence
+    params = {"endpoint": True, "endpoint_rule2_silence": 0.4, "details": True}
+    _, infos = stream(make_scorer(), 16, FBANK, params, SCRIPT, loud_blanks=True)
+    finals = [f for info in infos for f in info.get("finals", [])]
+    assert [(f["segment"], f["text"]) for f in finals] == [(0, "a b")]
+    _, infos = stream(make_scorer(), 16, FBANK, {**params, "endpoint_rule4_silence": 0.6}, SCRIPT,
+                      loud_blanks=True)
+    finals = [f for info in infos for f in info.get("finals", [])]
+    assert [(f["segment"], f["text"]) for f in finals] == [(0, "a"), (1, "b")]
+    assert finals[0]["end"] == pytest.approx(0.68)  # 15 blank frames (0.6 s) after "a"
+    # rule2_quiet_db 0: every blank counts as quiet, as in sherpa-onnx's rule 2
+    _, infos = stream(make_scorer(), 16, FBANK, {**params, "endpoint_rule2_quiet_db": 0}, SCRIPT,
+                      loud_blanks=True)
+    assert [f["text"] for info in infos for f in info.get("finals", [])] == ["a", "b"]
 
 
 def test_without_endpointing_nothing_changes():

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ..decoding.details import hypothesis_details, wants_details
-from ..decoding.endpoint import RULE1, EndpointDetector
+from ..decoding.endpoint import RULE1, EndpointDetector, frame_energies
 from ..decoding.hotwords import Hotwords
 from ..units import Tokenizer
 from ..windows import WindowConfig
@@ -154,7 +154,7 @@ class StreamingScorer:
                 n = int(result.valid) if job.valid > 0 else 0
                 if n:
                     try:
-                        self._consume(state, result, n, ended[i])
+                        self._consume(state, result, n, ended[i], job.window)
                     except Exception as exc:  # noqa: BLE001 - e.g. a malformed encoder output: this stream alone
                         results[i] = self._fail(chunks[i], _reason(exc), now)
         for i in [i for i in range(len(chunks)) if results[i] is None and chunks[i].end]:
@@ -229,19 +229,26 @@ class StreamingScorer:
         state.details = wants_details(chunk.parameters)
         rules = self.settings.endpoint.updated(chunk.parameters)
         if rules.enabled:
-            state.endpoint = EndpointDetector(rules, self.settings.frame_seconds, blank_id=0)
+            state.endpoint = EndpointDetector(rules, self.settings.frame_seconds, blank_id=0,
+                                              emission_lag=self.settings.timestamp_shift[1])
         return state
 
-    def _consume(self, state: StreamState, result: EncoderResult, n: int, ended: list) -> None:
-        """Feed the first ``n`` encoder frames of a window to the stream, cutting segments at endpoints."""
+    def _consume(self, state: StreamState, result: EncoderResult, n: int, ended: list,
+                 window: Optional[np.ndarray] = None) -> None:
+        """Feed the first ``n`` encoder frames of a window to the stream, cutting segments at endpoints;
+        ``window``: the (W, num_mel_bins) fbank the encoder read, for the endpoint rules' loudness."""
         log_probs, ids, out = result.topk_log_probs[:n], result.topk_ids[:n], result.chunk_out[:n]
-        best = None
+        best = energies = None
         if state.endpoint is not None:
             best = np.take_along_axis(ids, np.argmax(log_probs, axis=-1)[:, None], axis=-1)[:, 0]
+            if window is not None:
+                energies = frame_energies(window, n, self.window.subsampling)
         bound = self.settings.max_rescoring_frames
         pos = 0
         while pos < n:
-            hit = state.endpoint.scan(best[pos:]) if best is not None else None
+            hit = None
+            if best is not None:
+                hit = state.endpoint.scan(best[pos:], None if energies is None else energies[pos:])
             stop = n if hit is None else pos + hit[0]
             state.search.advance(log_probs[pos:stop], ids[pos:stop])
             state.keep_encoder_out(out[pos:stop], stop - pos, bound)
