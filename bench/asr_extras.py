@@ -6,14 +6,18 @@ delay after a 1 s pause, and a long file in pieces against its parts one by one.
 1. per-chunk cost (no server): the bundled streaming encoder (ONNX Runtime, batch 1) runs once over the
    held-out utterances; its outputs are replayed through StreamingScorer.step plain, with DETAILS (words and
    n-best every chunk), with 100 hotwords, and with endpointing; the figure is the scorer's time per chunk.
-2. timestamps: sentences synthesised word by word with espeak-ng (each word's audio trimmed, joined with
-   short gaps, so every word boundary is known), recognised offline and streaming with details=true; mean
-   |start error| and |end error| over the words the recogniser got right.
-3. endpoint: two synthesised sentences with a 1 s pause, streamed in 640 ms chunks with endpointing: where
-   the first segment ended (audio time) after the first sentence's last word, and when its final arrived.
+2. timestamps: 6 sentences synthesised whole with espeak-ng, word k ending where the synthesis of words
+   1..k stops sounding, recognised offline and streaming with details=true; mean |start error| and |end
+   error| over the words the recogniser got right. --calibrate first measures the model's emission lags
+   (timestamp_shift_ms) on 30 other sentences.
+3. endpoint: two synthesised sentences with a 1 s pause, streamed in 640 ms chunks with endpointing, at four
+   phases of the chunk grid: where the segment ended after the first sentence's last word, how much audio the
+   client had sent when its final came, and how many single sentences a rule cuts in two.
 4. long file: a 10-minute recording of synthesised sentences over one background noise, `transcribe_long`
    (pieces in parallel) against its sentences cut out and sent one by one; WER and wall time. Then the demo
    utterances joined with low noise between them, against the utterances alone.
+5. hotwords: phrases the demo model never heard in training, missed without their hotword and found with it
+   (offline and streaming), and the held-out utterances' WER with and without the list.
 """
 
 from __future__ import annotations
@@ -388,6 +392,40 @@ async def endpoint_delay(url: str, items=()) -> None:
                 split += sum(len(p.finals) for p in result.partials) > 1
             print(f"      single sentences cut in two or more segments: {split} of {len(items)}")
 
+RARE = [("cup_of_coffee", "cup of coffee", {}), ("paula", "paula", {"hotwords_score": 3.0})]
+
+
+async def hotwords(client, url: str, items) -> None:
+    """5.: phrases the demo model never heard in training (tests/data/rare_phrases), missed without their
+    hotword and found with it, offline (the search also tries hotword tokens outside a frame's top-k: the
+    ensemble passes every token's log-prob) and streaming (the streaming encoder gives its top-k only); then the
+    held-out utterances, which say none of them, with and without the list."""
+    from asr_client.audio import load_audio
+    from asr_client.offline import recognize
+    from asr_client.report import error_rates
+    from asr_client.streaming import StreamingClient, StreamOptions
+
+    async def streamed(samples, parameters):
+        async with StreamingClient(url, StreamOptions(parameters=parameters or None)) as streaming:
+            return (await streaming.transcribe(samples)).text
+
+    print("\n5. hotwords, phrases never heard in training (offline / streaming):")
+    for name, phrase, extra in RARE:
+        samples = load_audio(ROOT / "tests" / "data" / "rare_phrases" / f"{name}.flac").samples
+        hot = {"hotwords": phrase, **extra}
+        rows = [(await recognize(client, samples, parameters=p or None)).text for p in ({}, hot)]
+        rows += [await streamed(samples, p) for p in ({}, hot)]
+        print(f"   {phrase!r} {extra or ''}: without {rows[0]!r} / {rows[2]!r}; with {rows[1]!r} / {rows[3]!r}")
+    refs = [ref for _, _, ref in items]
+    for hot in ({"hotwords": "cup of coffee|floor ninety"}, {"hotwords": "cup of coffee|floor ninety|paula:3"}):
+        plain = [(await recognize(client, samples)).text for _, samples, _ in items]
+        biased = [(await recognize(client, samples, parameters=hot)).text for _, samples, _ in items]
+        wer = [100 * error_rates(list(zip(refs, hyps))).wer for hyps in (plain, biased)]
+        print(f"   {len(items)} held-out utterances, offline WER without / with {hot['hotwords']!r}: "
+              f"{wer[0]:.2f}% / {wer[1]:.2f}%"
+              + "".join(f"; {r!r} -> {b!r}" for r, p, b in zip(refs, plain, biased) if p != b))
+
+
 # ------------------------------------------------------------------------------------------- served
 
 
@@ -403,6 +441,8 @@ async def served(url: str, items) -> None:
         await endpoint_delay(url, items)
     # 4. long file
     await long_file(client, items)
+    # 5. hotwords
+    await hotwords(client, url, items)
     await client.close()
 
 
