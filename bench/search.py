@@ -25,9 +25,9 @@ from asr_server.asr.decoding.ctc_search import (
     SearchOptions,
     advance_streams,
     ctc_greedy,
-    reference_prefix_beam_search,
     topk_log_probs,
 )
+from asr_server.asr.decoding.reference_search import reference_prefix_beam_search
 
 FRAME_S = 0.04  # one encoder frame after 4x subsampling of 10 ms fbank frames
 

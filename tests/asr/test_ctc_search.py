@@ -18,9 +18,9 @@ from asr_server.asr.decoding.ctc_search import (
     advance_streams,
     ctc_greedy,
     make_search,
-    reference_prefix_beam_search,
     topk_log_probs,
 )
+from asr_server.asr.decoding.reference_search import reference_prefix_beam_search
 
 
 def random_log_probs(rng: np.random.Generator, frames: int, vocab: int, peak: float = 3.0) -> np.ndarray:

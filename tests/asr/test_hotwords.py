@@ -9,9 +9,9 @@ from asr_server.asr.decoding import _ctc_kernels
 from asr_server.asr.decoding.ctc_search import (
     CtcPrefixBeamSearch,
     SearchOptions,
-    reference_prefix_beam_search,
     topk_log_probs,
 )
+from asr_server.asr.decoding.reference_search import reference_prefix_beam_search
 from asr_server.asr.decoding.hotwords import EMPTY, Hotwords, build_graph, parse_phrases
 from asr_server.asr.serving.pipeline import DecodingSettings, OfflineScorer
 from asr_server.asr.units import SymbolTable, Tokenizer
