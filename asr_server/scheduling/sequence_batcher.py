@@ -281,7 +281,14 @@ class SequenceBatcher(Scheduler):
         for sequence in self.table.clear():
             while sequence.queue:
                 sequence.queue.popleft().fail(error)
-        self._arm(math.inf, 0.0)
+        # Nothing is left to wait for: drop the pending wake-ups, which would otherwise keep this batcher (and
+        # an unloaded model) alive until the next idle deadline. (_arm keeps an earlier timer, so it cannot.)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, math.inf
+        if self._pump_soon is not None:
+            self._pump_soon.cancel()
+            self._pump_soon = None
 
     # ---- shutdown -----------------------------------------------------------------------------
     def _fail_queued(self, error: ServerError) -> None:

@@ -611,6 +611,17 @@ async def test_stop_fails_what_is_still_queued_when_the_drain_times_out(h):
     assert stuck.dropped == 0 and not h.batcher.sequences
 
 
+async def test_stop_leaves_no_wake_up_behind(h):
+    """A live sequence arms the idle timer; once the batcher stops nothing may hold it (and the unloaded
+    model) alive until that deadline."""
+    h.build("max_sequence_idle_microseconds: 600000000")
+    await result(h.send(5, start=True))
+    await h.settled()
+    assert h.batcher._timer is not None  # the idle deadline of sequence 5, 600 s away
+    await h.batcher.stop(drain_timeout_s=WAIT_S)
+    assert h.batcher._timer is None and h.batcher._pump_soon is None
+
+
 # ---- through the real server -------------------------------------------------------------------------
 
 
