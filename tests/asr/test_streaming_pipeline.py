@@ -148,6 +148,8 @@ def test_a_failed_chunk_fails_its_stream_until_end_and_never_restarts_it_silentl
     second = scorer.step([StreamChunk(1, frames, False, False), StreamChunk(2, frames, False, False)], encoder)
     assert isinstance(second[0], StreamFailed) and "Gather" in second[0].message
     assert isinstance(second[1], str)  # the other stream of the batch goes on
+    # the failed stream's encoder sequence is closed at once (an END-only window), not left to its idle limit
+    assert encoder.jobs[-1] == [(1, False, True, 0)]
     later = scorer.step([StreamChunk(1, frames, False, False)], encoder)[0]
     assert isinstance(later, StreamFailed) and "failed on an earlier chunk" in later.message
     end = scorer.step([StreamChunk(1, frames, False, True)], encoder)[0]
@@ -202,9 +204,12 @@ def test_a_chunk_that_breaks_in_the_scorer_fails_alone_and_its_batch_neighbours_
     clean_scorer, encoder = make_scorer(), FakeEncoder()
     clean = [clean_scorer.step(batch, encoder) for batch in halves]
     scorer = make_scorer()
+    broken_batch_encoder = FakeEncoder()
     first = scorer.step([halves[0][0], StreamChunk(2, frames[2][:30, :DIM - 1], True, False), halves[0][2]],
-                        FakeEncoder())
+                        broken_batch_encoder)
     assert isinstance(first[1], StreamFailed) and "sequence 2 failed" in first[1].message
+    # sequence 2 never reached the encoder, so there is no encoder sequence to close
+    assert all(key != 2 for round_jobs in broken_batch_encoder.jobs for key, *_ in round_jobs)
     assert [first[0], first[2]] == [clean[0][0], clean[0][2]]
     second = scorer.step(halves[1], FakeEncoder())
     assert isinstance(second[1], StreamFailed)  # its END answers the earlier failure, not part of the audio

@@ -139,10 +139,12 @@ class StreamingScorer:
                 if index >= len(pending):
                     pending.append([])
                 pending[index].append((i, state, job))
+        end_sent: set[int] = set()  # chunks whose END window reached the encoder (which then frees its state)
         for round_jobs in pending:
             live = [(i, state, job) for i, state, job in round_jobs if results[i] is None]
             if not live:
                 continue
+            end_sent.update(i for i, _, job in live if job.end)
             try:
                 outs = run_encoder([job for _, _, job in live])
             except Exception as exc:  # noqa: BLE001 - fails the streams of this round, not the batch
@@ -185,7 +187,21 @@ class StreamingScorer:
                     self.last_details[i] = self._details(state, chunk, partial, final_of.get(i, []))
                 except Exception as exc:  # noqa: BLE001 - this chunk alone fails
                     results[i] = self._fail(chunk, _reason(exc), now)
+        self._close_encoder_sequences(
+            [i for i in range(len(chunks)) if isinstance(results[i], StreamFailed) and states[i] is not None
+             and states[i].windows_sent > 0 and i not in end_sent], chunks, run_encoder)
         return results
+
+    def _close_encoder_sequences(self, failed: list[int], chunks: list[StreamChunk], run_encoder) -> None:
+        """Streams that failed here with their encoder sequence still open get an END-only window, so the
+        encoder frees their caches now rather than at its idle limit (their later windows are never sent)."""
+        if not failed:
+            return
+        empty = np.zeros((self.window.window, self.feature_dim), np.float32)
+        try:
+            run_encoder([EncoderJob(chunks[i].key, empty, 0, start=False, end=True) for i in failed])
+        except Exception:  # noqa: BLE001 - best effort: the encoder's idle limit frees them otherwise
+            pass
 
     def _windows(self, state: StreamState, chunk: StreamChunk) -> list[tuple[np.ndarray, int]]:
         """(window, valid frames) of the encoder windows this chunk completes; on END also the last one."""
