@@ -197,7 +197,7 @@ class StreamingScorer:
         encoder frees their caches now rather than at its idle limit (their later windows are never sent)."""
         if not failed:
             return
-        empty = np.zeros((self.window.window, self.feature_dim), np.float32)
+        empty = self._empty_window()
         try:
             run_encoder([EncoderJob(chunks[i].key, empty, 0, start=False, end=True) for i in failed])
         except Exception:  # noqa: BLE001 - best effort: the encoder's idle limit frees them otherwise
@@ -209,9 +209,12 @@ class StreamingScorer:
         if chunk.end:
             last = state.windower.finish()
             # The encoder's sequence must see an END even when nothing is left to decode.
-            jobs.append(last if last is not None else
-                        (np.zeros((self.window.window, self.feature_dim), np.float32), 0))
+            jobs.append(last if last is not None else (self._empty_window(), 0))
         return jobs
+
+    def _empty_window(self) -> np.ndarray:
+        """A window with no valid frames: what carries an END to the encoder when nothing is left to decode."""
+        return np.zeros((self.window.window, self.feature_dim), np.float32)
 
     def _finish_streams(self, ended: dict[int, list[EndedSegment]], rescorer: Optional[Rescorer]
                         ) -> dict[int, Union[list[tuple[EndedSegment, tuple]], Exception]]:
