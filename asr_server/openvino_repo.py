@@ -16,6 +16,7 @@ from typing import Iterable, Mapping, Optional
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from asr_server.asr.serving.inline_onnx import repository_without_inline_graphs
 from asr_server.gpu.profiles import load_config
 
 ENCODER_MODELS = ("encoder", "streaming_encoder")
@@ -85,4 +86,6 @@ def switch_to_openvino(
                 onnx_path.unlink()
         config_path.write_text(text_format.MessageToString(new_config))
         rewritten.append(name)
+    if rewritten:  # a scorer that ran the ONNX graphs itself now calls the OpenVINO models
+        repository_without_inline_graphs(repo)
     return rewritten

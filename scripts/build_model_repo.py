@@ -13,7 +13,9 @@ or copied. The python models import `asr_server`, which must be installed where 
 Models written:
   offline   attention_rescoring (ensemble) = feature_extractor -> encoder -> scoring (+ decoder through BLS)
   streaming streaming_wenet (ensemble)     = streaming_feature_extractor -> wenet
-            (+ streaming_encoder through BLS, its caches held as implicit state; + decoder for rescoring)
+            wenet runs the streaming_encoder and decoder graphs itself with onnxruntime (parameters
+            encoder_onnx, decoder_onnx), its caches held per sequence; with --streaming-bls it calls those
+            models through BLS instead (the streaming_encoder's caches then held as its implicit state)
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ def write(repo: Path, name: str, text: str, files: dict[str, Path] = {}, assets:
 
 def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: int, right_context: int,
           subsampling: int, max_batch: int, search: str = "prefix_beam", rescoring: bool = True,
-          hotwords: Path | None = None, endpoint: bool = False, timestamp_shift_ms: str = "") -> None:
+          hotwords: Path | None = None, endpoint: bool = False, timestamp_shift_ms: str = "",
+          inline_graphs: bool = True) -> None:
     enc = graph_io(onnx_dir / "encoder.onnx")
     senc = graph_io(onnx_dir / "streaming_encoder.onnx")
     dec = graph_io(onnx_dir / "decoder.onnx")
@@ -257,6 +260,10 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
                     "idle_seconds": SEQUENCE_IDLE_US / 1e6}
     if endpoint:  # endpointing on for every stream (requests may still turn it off with endpoint=false)
         wenet_params["endpoint"] = 1
+    if inline_graphs:  # the scorer runs the two models' graphs itself (asr_server/asr/serving/inline_onnx.py)
+        wenet_params["encoder_onnx"] = "../streaming_encoder/1/streaming_encoder.onnx"
+        if rescoring:
+            wenet_params["decoder_onnx"] = "../decoder/1/decoder.onnx"
     write(repo, "wenet", f"""
 name: "wenet"
 backend: "python"
@@ -343,6 +350,9 @@ def main() -> int:
                    help="START,END[,ONSET]: ms the model emits a word's first/last token after it is spoken, and "
                         "how much later still the first word after a pause; word times move earlier by them "
                         "(bench/asr_extras.py --calibrate measures them)")
+    p.add_argument("--streaming-bls", dest="inline_graphs", action="store_false",
+                   help="the streaming scorer (wenet) calls the streaming_encoder and decoder models through BLS "
+                        "instead of running their ONNX graphs itself (the default, cheaper on CPU: bench.stream_cpu)")
     args = p.parse_args()
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
     rate, context = model_subsampling(args.model_dir)
@@ -362,7 +372,7 @@ def main() -> int:
             os.symlink(path.resolve(), Path(staging) / f"{name}.onnx")
         build(args.model_dir, Path(staging), args.out, args.beam, args.chunk_size, args.right_context,
               args.subsampling, args.max_batch, args.search, args.rescoring, args.hotwords, args.endpoint,
-              args.timestamp_shift_ms)
+              args.timestamp_shift_ms, args.inline_graphs)
     if args.encoder_backend == "openvino":
         from asr_server.openvino_repo import switch_to_openvino
 

@@ -62,6 +62,7 @@ def torchscript_repository(src: Path, dst: Path, model, kind: str = "KIND_GPU", 
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from asr_server.asr.serving.inline_onnx import repository_without_inline_graphs
     from asr_server.gpu.engine_check import check_feeds
     from asr_server.gpu.profiles import load_config
 
@@ -81,3 +82,4 @@ def torchscript_repository(src: Path, dst: Path, model, kind: str = "KIND_GPU", 
         for group in config.instance_group:
             group.kind = mc.ModelInstanceGroup.Kind.Value(kind)
         (dst / name / "config.pbtxt").write_text(text_format.MessageToString(config))
+    repository_without_inline_graphs(dst)  # a scorer that ran the ONNX graphs itself calls the new models

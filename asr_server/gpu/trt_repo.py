@@ -22,6 +22,7 @@ from google.protobuf import text_format
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as mc
 
+from asr_server.asr.serving.inline_onnx import repository_without_inline_graphs
 from asr_server.gpu.profiles import load_config
 
 GRAPH_MODELS = ("encoder", "streaming_encoder", "decoder")
@@ -107,6 +108,7 @@ def rewrite_repository(src: Path, dst: Path, mode: str = "tensorrt",
     for name, config in configs.items():
         if name in GRAPH_MODELS or narrowed_in.get(name):
             (dst / name / "config.pbtxt").write_text(text_format.MessageToString(config))
+    repository_without_inline_graphs(dst)  # a scorer that ran the ONNX graphs itself calls the new models
     return {name: {"outputs": sorted(narrowed_out.get(name, ())), "inputs": sorted(narrowed_in.get(name, ()))}
             for name in configs if narrowed_out.get(name) or narrowed_in.get(name)}
 

@@ -46,9 +46,14 @@ def asr_repo(tmp_path_factory) -> Path:
         check=True, capture_output=True, timeout=300,
     )
     repo = root / "repo"
-    for name in ("feature_extractor", "scoring", "streaming_feature_extractor", "wenet"):
-        (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text((ROOT / "model_repo" / name / "1" / "model.py").read_text())
     build_model_repo.build(model_dir, onnx_dir, repo, beam=BEAM, chunk_size=CHUNK, right_context=6,
                            subsampling=4, max_batch=32)
+    # the same model with the streaming scorer calling its encoder and decoder models through BLS
+    build_model_repo.build(model_dir, onnx_dir, root / "repo_bls", beam=BEAM, chunk_size=CHUNK, right_context=6,
+                           subsampling=4, max_batch=32, inline_graphs=False)
     return repo
+
+
+@pytest.fixture(scope="session")
+def asr_repo_bls(asr_repo) -> Path:
+    return asr_repo.parent / "repo_bls"

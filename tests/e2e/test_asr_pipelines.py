@@ -115,10 +115,31 @@ async def test_twenty_interleaved_streams_match_single_runs(client):
     alone = [(await stream(client, s, [6400], sequence_id=500 + i))[-1] for i, s in enumerate(samples[:4])]
     together = await asyncio.gather(*(stream(client, s, [3200], sequence_id=1000 + i) for i, s in enumerate(samples)))
     assert [t[-1] for t in together[:4]] == alone
-    stats = (await client.get_inference_statistics("streaming_encoder", as_json=True))["model_stats"][0]
-    assert int(stats["execution_count"]) < int(stats["inference_count"])  # streams shared encoder batches
+    # streams shared scorer batches, so the encoder (run inside the scorer) ran their windows together
+    stats = (await client.get_inference_statistics("wenet", as_json=True))["model_stats"][0]
+    assert int(stats["execution_count"]) < int(stats["inference_count"])
     for name in ("wenet", "streaming_encoder", "streaming_feature_extractor"):
         assert client.server.manager.get(name).scheduler.sequences == {}
+
+
+async def test_the_scorer_calling_its_models_through_bls_gives_the_same_transcripts(client, asr_repo_bls, running):
+    """--streaming-bls: the streaming encoder as its own model (caches as its implicit state) and the decoder
+    through BLS; the transcripts equal the default's, where the scorer runs both graphs itself."""
+    samples = [utterance(300 + i, 1.0 + (i % 3) * 0.5) for i in range(8)]
+    inline = await asyncio.gather(*(stream(client, s, [3200], sequence_id=3000 + i) for i, s in enumerate(samples)))
+    async with running(asr_repo_bls, allow_http=False) as server:
+        bls = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        try:
+            assert all(m.inline_encoder is None for m in python_models(server, "wenet"))
+            called = await asyncio.gather(*(stream(bls, s, [3200], sequence_id=3000 + i)
+                                            for i, s in enumerate(samples)))
+            stats = (await bls.get_inference_statistics("streaming_encoder", as_json=True))["model_stats"][0]
+            assert int(stats["execution_count"]) < int(stats["inference_count"])  # its sequence batcher batched
+            decoder = (await bls.get_inference_statistics("decoder", as_json=True))["model_stats"][0]
+            assert int(decoder["inference_count"]) > 0
+        finally:
+            await bls.close()
+    assert [t[-1] for t in called] == [t[-1] for t in inline]
 
 
 async def test_abandoned_stream_is_cleaned_up(client):
@@ -153,18 +174,25 @@ async def test_abandoned_stream_is_cleaned_up(client):
         assert 4242 not in server.manager.get(name).scheduler.sequences, name
     # The python models keep their own per-sequence state (fbank residual, beams, encoder output) in the
     # instance that ran the sequence; an instance drops idle sequences on its next execution.
+    # So does the scorer's encoder when it runs the graph itself (its caches, by sequence).
     scorers = [m.scorer for m in python_models(server, "wenet")]
     extractors = [m.features for m in python_models(server, "streaming_feature_extractor")]
+    encoders = [m.inline_encoder for m in python_models(server, "wenet")]
+    assert all(e is not None for e in encoders)  # the repository's default
     assert any(4242 in s.streams for s in scorers) and any(4242 in f.streams for f in extractors)
+    assert any(4242 in e.caches for e in encoders)
     for scorer in scorers:
         scorer.settings = dataclasses.replace(scorer.settings, idle_seconds=0.01)
     for features in extractors:
         features.idle_seconds = 0.01
+    for encoder in encoders:
+        encoder.idle_seconds = 0.01
     await asyncio.sleep(0.05)
     # New sequences go to the instances in turn: one per instance runs every instance once.
     for k in range(max(len(scorers), len(extractors))):
         await stream(client, utterance(10, 0.5), [8000], sequence_id=4343 + k)
     assert all(s.streams == {} for s in scorers) and all(f.streams == {} for f in extractors)
+    assert all(e.caches == {} for e in encoders)
 
 
 def python_models(server, name: str) -> list:

@@ -143,3 +143,20 @@ def decoder_setup(args: Mapping[str, str]) -> DecoderSetup:
     params = parameters(args)
     tok = tokenizer(args, params)
     return DecoderSetup(params, tok, decoding_settings(params, tok.symbols), hotwords(args, params, tok))
+
+
+def inline_graphs(args: Mapping[str, str], params: Mapping[str, str], settings: DecodingSettings):
+    """(encoder runner, decoder function) run in this process for the parameters ``encoder_onnx`` and
+    ``decoder_onnx`` (graph paths, relative to the model's folder; ``inline_threads``: onnxruntime intra-op
+    threads, 1 by default); None for each one that is not set, which then goes to its model through BLS.
+    Without rescoring the decoder is never called, so its graph is not loaded."""
+    from .inline_onnx import InlineDecoder, InlineStreamingEncoder, onnx_session
+
+    threads = int(params.get("inline_threads", 1))
+    encoder = decoder = None
+    if params.get("encoder_onnx"):
+        encoder = InlineStreamingEncoder(onnx_session(_path(args["model_repository"], params["encoder_onnx"]),
+                                                      threads), settings.idle_seconds)
+    if params.get("decoder_onnx") and settings.rescoring:
+        decoder = InlineDecoder(onnx_session(_path(args["model_repository"], params["decoder_onnx"]), threads))
+    return encoder, decoder

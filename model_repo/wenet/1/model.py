@@ -1,9 +1,11 @@
-"""Streaming scorer: per sequence, fbank frames -> decoding windows -> `streaming_encoder` (BLS, its caches
-held as implicit state by that model's sequence batcher) -> CTC prefix beam search carried across chunks ->
-the partial transcript; on END, attention rescoring with `decoder` and the final transcript.
+"""Streaming scorer: per sequence, fbank frames -> decoding windows -> the streaming encoder -> CTC prefix beam
+search carried across chunks -> the partial transcript; on END, attention rescoring and the final transcript.
 
-Windows of the sequences in one batch are sent to the encoder together (one BLS request per sequence, in
-parallel), so the encoder's sequence batcher runs them as one batch.
+The encoder and decoder run here with onnxruntime when the parameters `encoder_onnx` / `decoder_onnx` name
+their graphs (asr_server/asr/serving/inline_onnx.py: one call per round of windows, the caches kept here).
+Otherwise they are the models `streaming_encoder` (BLS, its caches held as implicit state by that model's
+sequence batcher; one BLS request per sequence, in parallel, so that its sequence batcher runs them as one
+batch) and `decoder`: the way to a TensorRT or GPU encoder.
 """
 
 import concurrent.futures
@@ -47,7 +49,14 @@ class TritonPythonModel:
         self.scorer = StreamingScorer(
             setup.tokenizer, setup.settings, serving_config.window_config(params),
             int(params.get("num_mel_bins", 80)), int(params["encoder_output_size"]), setup.hotwords)
-        self.pool = concurrent.futures.ThreadPoolExecutor(MAX_PARALLEL_BLS, thread_name_prefix="wenet-bls")
+        self.pool = None
+        self.inline_encoder, inline_decoder = serving_config.inline_graphs(
+            args, params, setup.settings)
+        if self.inline_encoder is not None:
+            self.run_encoder = self.inline_encoder
+        else:
+            self.pool = concurrent.futures.ThreadPoolExecutor(MAX_PARALLEL_BLS, thread_name_prefix="wenet-bls")
+        self.run_decoder = inline_decoder or run_decoder
 
     def run_encoder(self, jobs):
         """One result per job; a job whose encoder request failed holds its exception, so only its own
@@ -55,12 +64,18 @@ class TritonPythonModel:
         futures = [self.pool.submit(encode_one, job) for job in jobs]
         return [f.exception() or f.result() for f in futures]
 
+    def drop(self, key):
+        """Forget a sequence: its decoding state, and its encoder caches when they are kept here."""
+        self.scorer.drop(key)
+        if self.inline_encoder is not None:
+            self.inline_encoder.drop(key)
+
     def execute(self, requests):
         chunks, slots, responses = [], [], [None] * len(requests)
         for i, request in enumerate(requests):
             key = int(control(request, "CORRID"))
             if request.is_cancelled():
-                self.scorer.drop(key)
+                self.drop(key)
                 responses[i] = cancelled_response()
                 continue
             speech = input_array(request, "speech")
@@ -72,10 +87,10 @@ class TritonPythonModel:
             slots.append(i)
         if chunks:
             try:  # a sequence whose encoder or decoder call fails comes back as a StreamFailed of its own
-                texts = self.scorer.step(chunks, self.run_encoder, run_decoder)
+                texts = self.scorer.step(chunks, self.run_encoder, self.run_decoder)
             except Exception as exc:  # noqa: BLE001 - a bug in step(): no stream of the batch can be trusted
                 for chunk in chunks:
-                    self.scorer.drop(chunk.key)
+                    self.drop(chunk.key)
                 texts = [StreamFailed(f"{type(exc).__name__}: {exc}")] * len(chunks)
             details = self.scorer.last_details or [None] * len(texts)
             for i, text, info in zip(slots, texts, details):
@@ -92,4 +107,5 @@ class TritonPythonModel:
         return responses
 
     def finalize(self):
-        self.pool.shutdown(wait=False)
+        if self.pool is not None:
+            self.pool.shutdown(wait=False)

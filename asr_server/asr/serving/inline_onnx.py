@@ -1,0 +1,171 @@
+"""The streaming encoder and the attention decoder run in the scoring model's own process, with onnxruntime.
+
+The streaming scorer (``streaming_scorer.StreamingScorer``) calls its encoder and decoder through plain
+functions. By default model_repo/wenet/1/model.py makes them BLS requests to the ``streaming_encoder`` and
+``decoder`` models (the encoder's caches then live as implicit state in that model's sequence batcher). With
+the wenet config's parameters ``encoder_onnx`` / ``decoder_onnx`` it runs the same graphs here instead:
+one onnxruntime call per round of windows, no request, no second scheduler, no thread hop, and each
+sequence's caches in one dict beside it. Measured with ``python -m bench.stream_cpu`` (issue 14); BLS stays
+the way to a TensorRT or GPU encoder.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Hashable, Optional, Sequence, Union
+
+import numpy as np
+
+from .streaming_scorer import EncoderJob, EncoderResult
+
+# The streaming encoder's carried state: input name -> the output that holds its next value (WeNet's export).
+STATE_OUTPUTS = {"offset": "r_offset", "att_cache": "r_att_cache", "cnn_cache": "r_cnn_cache",
+                 "cache_mask": "r_cache_mask"}
+ENCODER_OUTPUTS = ("log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens")
+# The wenet config's parameters that name graphs run here (paths relative to the model's folder).
+INLINE_PARAMETERS = ("encoder_onnx", "decoder_onnx")
+_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
+                "tensor(float16)": np.float16}
+
+
+def drop_inline_graphs(config) -> bool:
+    """Make a model config (``model_config_pb2.ModelConfig``) send its encoder and decoder calls to their
+    models through BLS, as a repository rewritten for TensorRT or OpenVINO must; True when it changed."""
+    found = [key for key in INLINE_PARAMETERS if key in config.parameters]
+    for key in found:
+        del config.parameters[key]
+    return bool(found)
+
+
+def repository_without_inline_graphs(repo: Path) -> list[str]:
+    """``drop_inline_graphs`` on every model config of a repository, in place: for the tools that replace
+    its ONNX graphs (TensorRT, OpenVINO, TorchScript). Returns the models changed."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    changed = []
+    for path in sorted(Path(repo).glob("*/config.pbtxt")):
+        config = text_format.Parse(path.read_text(), mc.ModelConfig())
+        if drop_inline_graphs(config):
+            path.write_text(text_format.MessageToString(config))
+            changed.append(path.parent.name)
+    return changed
+
+
+def onnx_session(path: Path, threads: int = 1):
+    """An onnxruntime CPU session as the onnxruntime backend makes one: ``threads`` intra-op threads, one
+    inter-op thread, no spinning (spinning threads would burn the cores other models need)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class InlineStreamingEncoder:
+    """An ``EncoderRunner`` over WeNet's streaming encoder graph, holding every sequence's caches.
+
+    A job with ``start`` begins from zero caches; a job with ``end`` frees them; a sequence not seen for
+    ``idle_seconds`` is forgotten (as the encoder model's sequence batcher would). A round's windows run as
+    one batch; if that call fails, each window runs alone so that only a bad one fails."""
+
+    def __init__(self, session, idle_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.session = session
+        self.idle_seconds = idle_seconds
+        self.clock = clock
+        inputs = {i.name: i for i in session.get_inputs()}
+        missing = [n for n in ("chunk_xs", "chunk_lens") if n not in inputs]
+        if missing:
+            raise ValueError(f"not a streaming encoder graph: no input {', '.join(missing)}")
+        self.zeros: dict[str, np.ndarray] = {}  # initial state of each carried input, one sequence's
+        for name in STATE_OUTPUTS:
+            if name not in inputs:
+                continue
+            dims = inputs[name].shape[1:]
+            if not all(isinstance(d, int) for d in dims):
+                raise ValueError(f"the streaming encoder's state input {name} has dynamic dims {dims}: "
+                                 "run it as its own model through BLS instead (no encoder_onnx parameter)")
+            self.zeros[name] = np.zeros(dims, _NUMPY_TYPES[inputs[name].type])
+        self.state_names = list(self.zeros)
+        self.output_names = [*ENCODER_OUTPUTS, *(STATE_OUTPUTS[n] for n in self.state_names)]
+        # key -> ({state input: this sequence's value}, monotonic seconds last used)
+        self.caches: dict[Hashable, tuple[dict[str, np.ndarray], float]] = {}
+
+    def __call__(self, jobs: Sequence[EncoderJob]) -> list[Union[EncoderResult, Exception]]:
+        now = self.clock()
+        self.drop_idle(now)
+        results: list[Union[EncoderResult, Exception, None]] = [None] * len(jobs)
+        run = []
+        for i, job in enumerate(jobs):
+            if job.valid == 0:  # nothing to decode (an END-only window): just free the caches
+                results[i] = EncoderResult(*self._empty())
+                if job.end:
+                    self.caches.pop(job.key, None)
+            else:
+                run.append(i)
+        if run:
+            try:
+                outs = self._run([jobs[i] for i in run], now)
+            except Exception:  # noqa: BLE001 - find the window(s) at fault: each runs alone
+                outs = []
+                for i in run:
+                    try:
+                        outs.extend(self._run([jobs[i]], now))
+                    except Exception as exc:  # noqa: BLE001 - this sequence fails alone
+                        self.caches.pop(jobs[i].key, None)
+                        outs.append(exc)
+            for i, out in zip(run, outs):
+                results[i] = out
+        return results
+
+    def _run(self, jobs: Sequence[EncoderJob], now: float) -> list[EncoderResult]:
+        states = []
+        for job in jobs:
+            cached = None if job.start else self.caches.get(job.key)
+            if cached is None and not job.start:
+                raise ValueError(f"sequence {job.key} has no encoder state (it was idle longer than "
+                                 f"{self.idle_seconds:g} s, or never started)")
+            states.append(self.zeros if cached is None else cached[0])
+        feeds = {"chunk_xs": np.stack([job.window for job in jobs]).astype(np.float32, copy=False),
+                 "chunk_lens": np.array([job.valid for job in jobs], dtype=np.int32)}
+        for name in self.state_names:
+            feeds[name] = np.stack([state[name] for state in states])
+        outputs = dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
+        results = []
+        for b, job in enumerate(jobs):
+            if job.end:
+                self.caches.pop(job.key, None)
+            else:  # rows of the batch's output arrays (views: no copy)
+                self.caches[job.key] = ({n: outputs[STATE_OUTPUTS[n]][b] for n in self.state_names}, now)
+            results.append(EncoderResult(outputs["log_probs"][b], outputs["log_probs_idx"][b],
+                                         outputs["chunk_out"][b], int(outputs["chunk_out_lens"].reshape(-1)[b])))
+        return results
+
+    def _empty(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        return np.zeros((0, 1), np.float32), np.zeros((0, 1), np.int64), np.zeros((0, 1), np.float32), 0
+
+    def drop(self, key: Hashable) -> None:
+        self.caches.pop(key, None)
+
+    def drop_idle(self, now: Optional[float] = None) -> None:
+        now = self.clock() if now is None else now
+        for key in [k for k, (_, seen) in self.caches.items() if now - seen > self.idle_seconds]:
+            del self.caches[key]
+
+
+class InlineDecoder:
+    """The attention decoder as ``triton_helpers.run_decoder`` calls it, run here: -> best_index (B,)."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.input_names = {i.name for i in session.get_inputs()}
+
+    def __call__(self, inputs, encoder_out: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        feeds = {"encoder_out": encoder_out.astype(np.float32, copy=False),
+                 "encoder_out_lens": lengths.reshape(-1).astype(np.int32)}
+        feeds.update((name, value) for name, value in inputs.feeds().items() if name in self.input_names)
+        return self.session.run(["best_index"], feeds)[0].reshape(-1)
