@@ -133,7 +133,8 @@ class InlineStreamingEncoder:
         feeds = {"chunk_xs": np.stack([job.window for job in jobs]).astype(np.float32, copy=False),
                  "chunk_lens": np.array([job.valid for job in jobs], dtype=np.int32)}
         for name in self.state_names:
-            feeds[name] = np.stack([state[name] for state in states])
+            # a lone sequence's caches go in as they are (a row of the last output: contiguous, no copy)
+            feeds[name] = states[0][name][None] if len(jobs) == 1 else np.stack([state[name] for state in states])
         outputs = dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
         results = []
         for b, job in enumerate(jobs):
