@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_RATE = 16000
 REFERENCE_CHUNK = 10240  # 640 ms: the reference streaming run
 IDLE_SECONDS = 5.0  # the built repository's max_sequence_idle_microseconds
-STREAMING_MODELS = ("streaming_feature_extractor", "wenet", "streaming_encoder")
+STREAMING_MODELS = ("streaming_wenet", "streaming_feature_extractor", "wenet", "streaming_encoder")
 
 
 @dataclasses.dataclass

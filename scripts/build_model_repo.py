@@ -12,10 +12,12 @@ or copied. The python models import `asr_server`, which must be installed where 
 
 Models written:
   offline   attention_rescoring (ensemble) = feature_extractor -> encoder -> scoring (+ decoder through BLS)
-  streaming streaming_wenet (ensemble)     = streaming_feature_extractor -> wenet
-            wenet runs the streaming_encoder and decoder graphs itself with onnxruntime (parameters
-            encoder_onnx, decoder_onnx), its caches held per sequence; with --streaming-bls it calls those
-            models through BLS instead (the streaming_encoder's caches then held as its implicit state)
+  streaming streaming_wenet (python)       = fbank + the streaming scorer in one model
+            streaming_wenet_ensemble       = streaming_feature_extractor -> wenet (WeNet's layout: one more
+                                             model and request per chunk; the same transcripts)
+            Both scorers run the streaming_encoder and decoder graphs themselves with onnxruntime (parameters
+            encoder_onnx, decoder_onnx), the caches held per sequence; with --streaming-bls they call those
+            models through BLS instead (the streaming_encoder's caches then held as its implicit state).
 """
 
 from __future__ import annotations
@@ -278,8 +280,23 @@ sequence_batching {{
 }}
 instance_group [ {{ count: {STREAMING_INSTANCES} kind: KIND_CPU }} ]
 """, assets=tokenizer_files)
+    # The default streaming model: the same work in one python model, audio in (no second request per chunk).
     write(repo, "streaming_wenet", f"""
 name: "streaming_wenet"
+backend: "python"
+max_batch_size: {max_batch}
+{params({**fbank, "fbank_backend": "numpy", **wenet_params})}
+input [ {tensor("WAV", "TYPE_FP32", [-1])}, {tensor("WAV_LENS", "TYPE_INT32", [1])} ]
+output [ {tensor("TRANSCRIPTS", "TYPE_STRING", [1], reshape_scalar=True)}, {tensor("DETAILS", "TYPE_STRING", [1], reshape_scalar=True)} ]
+sequence_batching {{
+  max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}
+  {oldest}
+  {CONTROLS}
+}}
+instance_group [ {{ count: {STREAMING_INSTANCES} kind: KIND_CPU }} ]
+""", assets=tokenizer_files)
+    write(repo, "streaming_wenet_ensemble", f"""
+name: "streaming_wenet_ensemble"
 platform: "ensemble"
 max_batch_size: {max_batch}
 input [ {tensor("WAV", "TYPE_FP32", [-1])}, {tensor("WAV_LENS", "TYPE_INT32", [1])} ]

@@ -104,7 +104,9 @@ def wenet(tmp_path, monkeypatch):
               "subsampling_rate": SUBSAMPLING, "right_context": RIGHT_CONTEXT, "num_mel_bins": MEL,
               "encoder_output_size": DIM}
     config = {"parameters": {k: {"string_value": str(v)} for k, v in params.items()}}
-    monkeypatch.setattr(module, "encode_one", fake_encoder)
+    from asr_server.asr.serving import streaming_model
+
+    monkeypatch.setattr(streaming_model, "encode_one", fake_encoder)  # the BLS call of each window
     model = module.TritonPythonModel()
     model.initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path)})
     model.decoder_calls = []
@@ -118,7 +120,7 @@ def wenet(tmp_path, monkeypatch):
         return np.zeros(len(lengths), np.int64)
 
     model.bad = None
-    monkeypatch.setitem(model.execute.__globals__, "run_decoder", run_decoder)
+    model.recogniser.run_decoder = run_decoder
     yield model
     model.finalize()
 
@@ -154,4 +156,4 @@ def test_a_decoder_failure_for_one_sequence_fails_that_request_alone_and_the_oth
     assert "decoder: inference failed for this input" in faulty[1][0]  # the bad request fails ...
     assert faulty[1][1:] == clean[1][1:]  # ... alone: 12's final and 13's partial are what they were
     assert faulty[2] == clean[2]  # and 13's stream goes on to the same final
-    assert wenet.scorer.streams == {} and wenet.scorer.failed == {}
+    assert wenet.recogniser.scorer.streams == {} and wenet.recogniser.scorer.failed == {}

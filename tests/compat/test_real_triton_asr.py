@@ -7,13 +7,15 @@ they would in a Triton image with asr-server installed (scripts/get_triton.sh li
 
 - offline `attention_rescoring` (feature_extractor -> encoder -> scoring, decoder through BLS): the same
   transcripts in Triton, in ours on the same folders, and in ours on the onnxruntime backend.
-- streaming `streaming_wenet` (streaming_feature_extractor -> wenet, streaming_encoder and decoder through BLS
-  with correlation ids and START/END flags): Triton's python backend cannot hold the encoder's caches as
-  implicit state (Triton feeds a python model the initial state every time and drops the state it returns;
-  implicit state is an onnxruntime/tensorrt/pytorch backend feature, and the fetched Triton has none of them).
-  So the encoder's shim keeps the caches per sequence itself; everything else runs as built. Partial and final
-  transcripts must equal ours on the same folders and ours with the real onnxruntime encoder holding its caches
-  as implicit state.
+- streaming, both layouts: `streaming_wenet` (one python model: fbank + scorer, the encoder and decoder
+  graphs run inside it with onnxruntime, as built by default) and `streaming_wenet_ensemble`
+  (streaming_feature_extractor -> wenet). The "shim" repository is built with --streaming-bls, so there the
+  scorers call streaming_encoder and decoder through BLS with correlation ids and START/END flags: Triton's
+  python backend cannot hold the encoder's caches as implicit state (Triton feeds a python model the initial
+  state every time and drops the state it returns; implicit state is an onnxruntime/tensorrt/pytorch backend
+  feature, and the fetched Triton has none of them), so the encoder's shim keeps the caches per sequence
+  itself. Partial and final transcripts must be the same in Triton and in ours, on both repositories and both
+  layouts: ours with the real onnxruntime encoder holding its caches as implicit state included.
 """
 
 from __future__ import annotations
@@ -78,14 +80,17 @@ def test_offline_ensemble_gives_the_same_transcripts_in_real_triton(repos):
 
 @pytest.fixture(scope="module")
 def streaming_repos(tmp_path_factory) -> dict[str, Path]:
-    return {"shim": pipeline_repo(tmp_path_factory.mktemp("stream_shim"), "streaming", onnx_as_python=True),
-            "onnxruntime": pipeline_repo(tmp_path_factory.mktemp("stream_ort"), "streaming", onnx_as_python=False)}
+    return {"shim": pipeline_repo(tmp_path_factory.mktemp("stream_shim"), "streaming", onnx_as_python=True,
+                                  inline_graphs=False),
+            "inline": pipeline_repo(tmp_path_factory.mktemp("stream_inline"), "streaming", onnx_as_python=True),
+            "onnxruntime": pipeline_repo(tmp_path_factory.mktemp("stream_ort"), "streaming", onnx_as_python=False,
+                                         inline_graphs=False)}
 
 
-def stream_all(url: str, items, chunk_ms: float) -> list[tuple[str, list[str]]]:
+def stream_all(url: str, items, chunk_ms: float, model: str = "streaming_wenet") -> list[tuple[str, list[str]]]:
     """(final transcript, partial transcripts) per utterance, two streams at a time on one connection."""
     async def run():
-        async with StreamingClient(url, StreamOptions(chunk_ms=chunk_ms)) as client:
+        async with StreamingClient(url, StreamOptions(chunk_ms=chunk_ms, model=model)) as client:
             results = []
             for pair in range(0, len(items), 2):
                 results += await asyncio.gather(*(client.transcribe(s) for _, s in items[pair:pair + 2]))
@@ -94,16 +99,19 @@ def stream_all(url: str, items, chunk_ms: float) -> list[tuple[str, list[str]]]:
     return asyncio.run(run())
 
 
-def test_streaming_ensemble_gives_the_same_partials_and_transcripts_in_real_triton(streaming_repos):
+@pytest.mark.parametrize("layout", ["streaming_wenet", "streaming_wenet_ensemble"])
+def test_streaming_gives_the_same_partials_and_transcripts_in_real_triton(streaming_repos, layout):
     items = utterances()[:4]
-    with rt.real_triton(streaming_repos["shim"], ready_timeout_s=START_S) as triton:
-        theirs = stream_all(triton.grpc_url, items, 640)
-    with rt.asr_server_process(streaming_repos["shim"], ready_timeout_s=START_S) as ours:
-        ours_shim = stream_all(ours.grpc_url, items, 640)
-    with rt.asr_server_process(streaming_repos["onnxruntime"], ready_timeout_s=START_S) as ours:
-        ours_ort = stream_all(ours.grpc_url, items, 640)
+    got = {}
+    for repo in ("shim", "inline"):
+        with rt.real_triton(streaming_repos[repo], ready_timeout_s=START_S) as triton:
+            got["triton", repo] = stream_all(triton.grpc_url, items, 640, layout)
+    for repo in ("shim", "inline", "onnxruntime"):
+        with rt.asr_server_process(streaming_repos[repo], ready_timeout_s=START_S) as ours:
+            got["ours", repo] = stream_all(ours.grpc_url, items, 640, layout)
+    theirs = got["triton", "shim"]
     assert all(text and len(partials) >= 2 for text, partials in theirs), theirs
-    assert theirs == ours_shim == ours_ort
+    assert all(result == theirs for result in got.values()), got
 
 
 ACCUMULATOR_CONFIG = """name: "accumulator"

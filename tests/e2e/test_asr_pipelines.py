@@ -10,6 +10,10 @@ import pytest
 import tritonclient.grpc.aio as aioclient
 
 SAMPLE_RATE = 16000
+# The two streaming layouts of a built repository: one python model (the default), and WeNet's ensemble
+# (streaming_feature_extractor -> wenet). Same inputs, outputs and transcripts.
+LAYOUTS = {"streaming_wenet": ("streaming_wenet",),
+           "streaming_wenet_ensemble": ("wenet", "streaming_feature_extractor")}
 
 
 def utterance(seed: int, seconds: float = 2.0) -> np.ndarray:
@@ -39,13 +43,13 @@ def chunks_of(samples: np.ndarray, sizes) -> list[np.ndarray]:
     return out
 
 
-async def stream(client, samples: np.ndarray, sizes, sequence_id: int) -> list[str]:
+async def stream(client, samples: np.ndarray, sizes, sequence_id: int, model: str = "streaming_wenet") -> list[str]:
     """Send one utterance chunk by chunk on its own stream; return every response's transcript."""
     pieces = chunks_of(samples, sizes)
 
     async def requests():
         for i, piece in enumerate(pieces):
-            yield dict(model_name="streaming_wenet", inputs=wav_inputs(piece), sequence_id=sequence_id,
+            yield dict(model_name=model, inputs=wav_inputs(piece), sequence_id=sequence_id,
                        sequence_start=i == 0, sequence_end=i == len(pieces) - 1, request_id=str(i))
 
     texts = []
@@ -76,14 +80,15 @@ async def test_offline_ensemble_transcribes_a_batch_of_different_lengths(client)
     assert any(texts)
 
 
-async def test_streaming_result_does_not_depend_on_chunk_sizes(client):
+async def test_streaming_result_does_not_depend_on_chunk_sizes_or_layout(client):
     samples = utterance(7, 3.0)
     finals = {}
-    for label, sizes in (("100 ms", [1600]), ("640 ms", [10240]), ("wenet", [11040, 10240]),
-                         ("uneven", [777, 5000, 123, 9000])):
-        texts = await stream(client, samples, sizes, sequence_id=hash(label) % 10_000 + 1)
-        assert len(texts) == len(chunks_of(samples, sizes))
-        finals[label] = texts[-1]
+    for model in LAYOUTS:
+        for label, sizes in (("100 ms", [1600]), ("640 ms", [10240]), ("wenet", [11040, 10240]),
+                             ("uneven", [777, 5000, 123, 9000])):
+            texts = await stream(client, samples, sizes, sequence_id=hash(label) % 10_000 + 1, model=model)
+            assert len(texts) == len(chunks_of(samples, sizes))
+            finals[model, label] = texts[-1]
     assert len(set(finals.values())) == 1, finals
 
 
@@ -110,15 +115,19 @@ async def test_wenet_streaming_client_request_pattern(client):
     assert texts[-1] == (await stream(client, samples, [11040, 10240], sequence_id=10087))[-1]
 
 
-async def test_twenty_interleaved_streams_match_single_runs(client):
+@pytest.mark.parametrize("layout", LAYOUTS)
+async def test_twenty_interleaved_streams_match_single_runs(client, layout):
     samples = [utterance(100 + i, 1.0 + (i % 4) * 0.4) for i in range(20)]
-    alone = [(await stream(client, s, [6400], sequence_id=500 + i))[-1] for i, s in enumerate(samples[:4])]
-    together = await asyncio.gather(*(stream(client, s, [3200], sequence_id=1000 + i) for i, s in enumerate(samples)))
+    alone = [(await stream(client, s, [6400], sequence_id=500 + i, model=layout))[-1]
+             for i, s in enumerate(samples[:4])]
+    together = await asyncio.gather(*(stream(client, s, [3200], sequence_id=1000 + i, model=layout)
+                                      for i, s in enumerate(samples)))
     assert [t[-1] for t in together[:4]] == alone
     # streams shared scorer batches, so the encoder (run inside the scorer) ran their windows together
-    stats = (await client.get_inference_statistics("wenet", as_json=True))["model_stats"][0]
+    scorer = LAYOUTS[layout][0]
+    stats = (await client.get_inference_statistics(scorer, as_json=True))["model_stats"][0]
     assert int(stats["execution_count"]) < int(stats["inference_count"])
-    for name in ("wenet", "streaming_encoder", "streaming_feature_extractor"):
+    for name in (*LAYOUTS[layout], "streaming_encoder"):
         assert client.server.manager.get(name).scheduler.sequences == {}
 
 
@@ -130,7 +139,7 @@ async def test_the_scorer_calling_its_models_through_bls_gives_the_same_transcri
     async with running(asr_repo_bls, allow_http=False) as server:
         bls = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
         try:
-            assert all(m.inline_encoder is None for m in python_models(server, "wenet"))
+            assert all(m.recogniser.inline_encoder is None for m in python_models(server, "streaming_wenet"))
             called = await asyncio.gather(*(stream(bls, s, [3200], sequence_id=3000 + i)
                                             for i, s in enumerate(samples)))
             stats = (await bls.get_inference_statistics("streaming_encoder", as_json=True))["model_stats"][0]
@@ -142,14 +151,17 @@ async def test_the_scorer_calling_its_models_through_bls_gives_the_same_transcri
     assert [t[-1] for t in called] == [t[-1] for t in inline]
 
 
-async def test_abandoned_stream_is_cleaned_up(client):
+@pytest.mark.parametrize("layout", LAYOUTS)
+async def test_abandoned_stream_is_cleaned_up(client, layout):
     server = client.server
     samples = utterance(9, 2.0)
     pieces = chunks_of(samples, [6400])
+    scorer_model, extractor_model = LAYOUTS[layout][0], LAYOUTS[layout][-1]
+    models = LAYOUTS[layout]
 
     async def first_two():
         for i, piece in enumerate(pieces[:2]):
-            yield dict(model_name="streaming_wenet", inputs=wav_inputs(piece), sequence_id=4242,
+            yield dict(model_name=layout, inputs=wav_inputs(piece), sequence_id=4242,
                        sequence_start=i == 0, sequence_end=False)
 
     got = 0
@@ -158,26 +170,24 @@ async def test_abandoned_stream_is_cleaned_up(client):
         got += 1
         if got == 2:
             break
-    wenet = server.manager.get("wenet").scheduler
-    assert 4242 in wenet.sequences
+    assert 4242 in server.manager.get(scorer_model).scheduler.sequences
     # The client went away without END: after the idle timeout every model has dropped the sequence.
-    for name in ("wenet", "streaming_encoder", "streaming_feature_extractor"):
+    for name in models:
         scheduler = server.manager.get(name).scheduler
         scheduler.options = dataclasses.replace(scheduler.options, idle_s=0.05)
         scheduler.poke()
     for _ in range(100):
         await asyncio.sleep(0.02)
-        if all(4242 not in server.manager.get(n).scheduler.sequences
-               for n in ("wenet", "streaming_encoder", "streaming_feature_extractor")):
+        if all(4242 not in server.manager.get(n).scheduler.sequences for n in models):
             break
-    for name in ("wenet", "streaming_encoder", "streaming_feature_extractor"):
+    for name in (*models, "streaming_encoder"):
         assert 4242 not in server.manager.get(name).scheduler.sequences, name
     # The python models keep their own per-sequence state (fbank residual, beams, encoder output) in the
     # instance that ran the sequence; an instance drops idle sequences on its next execution.
     # So does the scorer's encoder when it runs the graph itself (its caches, by sequence).
-    scorers = [m.scorer for m in python_models(server, "wenet")]
-    extractors = [m.features for m in python_models(server, "streaming_feature_extractor")]
-    encoders = [m.inline_encoder for m in python_models(server, "wenet")]
+    scorers = [m.recogniser.scorer for m in python_models(server, scorer_model)]
+    extractors = [m.features for m in python_models(server, extractor_model)]
+    encoders = [m.recogniser.inline_encoder for m in python_models(server, scorer_model)]
     assert all(e is not None for e in encoders)  # the repository's default
     assert any(4242 in s.streams for s in scorers) and any(4242 in f.streams for f in extractors)
     assert any(4242 in e.caches for e in encoders)
@@ -190,7 +200,7 @@ async def test_abandoned_stream_is_cleaned_up(client):
     await asyncio.sleep(0.05)
     # New sequences go to the instances in turn: one per instance runs every instance once.
     for k in range(max(len(scorers), len(extractors))):
-        await stream(client, utterance(10, 0.5), [8000], sequence_id=4343 + k)
+        await stream(client, utterance(10, 0.5), [8000], sequence_id=4343 + k, model=layout)
     assert all(s.streams == {} for s in scorers) and all(f.streams == {} for f in extractors)
     assert all(e.caches == {} for e in encoders)
 
@@ -247,7 +257,7 @@ async def test_a_bad_chunk_fails_alone_and_its_stream_goes_on(client):
             break
     assert len(errors) == 1 and "WAV_LENS is" in errors[0].message()
     assert texts == clean
-    for name in ("wenet", "streaming_encoder", "streaming_feature_extractor"):
+    for name in ("streaming_wenet", "streaming_encoder"):
         assert client.server.manager.get(name).scheduler.sequences == {}
 
 
@@ -270,7 +280,7 @@ async def _stream_results(client, pieces, sequence_id: int, fail_at=None) -> lis
 async def test_a_stream_whose_chunk_fails_answers_errors_until_end_never_a_silent_restart(client):
     """Issue 13: after an encoder failure the next chunk silently started a new sequence and END answered
     "successfully" with only the audio after the failure."""
-    wenets = python_models(client.server, "wenet")  # the stream runs on one of them
+    wenets = [m.recogniser for m in python_models(client.server, "streaming_wenet")]  # the stream runs on one
     calls = {"n": 0}
 
     def failing_on(real):

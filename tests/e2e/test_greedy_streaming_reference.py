@@ -3,7 +3,7 @@
 The reference is independent of the serving path: Kaldi fbank of the whole utterance (kaldi-native-fbank,
 not the server's numpy fbank), the torch checkpoint's full-sequence encoder under WeNet's chunk mask (16-frame
 chunks, 4 left chunks: what the streaming encoder computes chunk by chunk, without its caches, windows or tail
-handling) and the vectorised best-path decode. The served side is the bundled `streaming_wenet` ensemble
+handling) and the vectorised best-path decode. The served side is the bundled `streaming_wenet` model
 switched to greedy search without rescoring (what sherpa-onnx does), fed in chunk sizes that cut frames,
 windows and the last partial window at different places. Any frame lost or padded wrongly at a chunk
 boundary, in the last window, in the fbank residual or in the caches changes a transcript here.
@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch", reason="the reference decode runs the torch
 
 MODEL_DIR = ROOT / "models" / "demo_en"
 CHUNK_FRAMES, LEFT_CHUNKS = 16, 4  # the bundled streaming_encoder's export (640 ms chunks, 4 left chunks)
-STREAMING_MODELS = ("streaming_wenet", "streaming_feature_extractor", "wenet", "streaming_encoder")
+STREAMING_MODELS = ("streaming_wenet", "streaming_encoder")
 
 pytestmark = pytest.mark.skipif(
     not (BUNDLED_REPO / "streaming_encoder" / "1" / "streaming_encoder.onnx").exists(),
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(
 
 def _set_parameter(config: str, key: str, value: str) -> str:
     pattern = rf'(key: "{key}" value: {{ string_value: )"[^"]*"'
-    assert re.search(pattern, config), f"parameter {key} not in the wenet config"
+    assert re.search(pattern, config), f"parameter {key} not in the streaming_wenet config"
     return re.sub(pattern, rf'\1"{value}"', config)
 
 
@@ -45,7 +45,7 @@ def greedy_repo(tmp_path_factory):
     repo = tmp_path_factory.mktemp("greedy_repo")
     for name in STREAMING_MODELS:
         copy_model(repo, BUNDLED_REPO / name)
-    config = repo / "wenet" / "config.pbtxt"
+    config = repo / "streaming_wenet" / "config.pbtxt"
     text = _set_parameter(_set_parameter(config.read_text(), "search", "greedy"), "rescoring", "0")
     config.write_text(text)
     return repo

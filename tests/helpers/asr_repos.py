@@ -3,7 +3,9 @@
 `pipeline_repo(folder, pipeline, onnx_as_python)` writes the repository with scripts/build_model_repo.py (which
 copies model_repo's model.py files unchanged) and keeps one pipeline:
   "offline"   attention_rescoring = feature_extractor -> encoder -> scoring (+ decoder through BLS)
-  "streaming" streaming_wenet = streaming_feature_extractor -> wenet (+ streaming_encoder and decoder through BLS)
+  "streaming" streaming_wenet (one model) and streaming_wenet_ensemble = streaming_feature_extractor -> wenet;
+              their scorers run the streaming_encoder and decoder graphs themselves, or with
+              `inline_graphs=False` call those models through BLS
 With `onnx_as_python` the ONNX models run as python models (tests/helpers/onnx_python_shim.py), since the
 Triton fetched here ships only the python backend; the streaming encoder's shim then keeps its caches itself,
 per sequence, because Triton's python backend does not carry implicit state.
@@ -22,7 +24,8 @@ MODEL_DIR = ROOT / "models" / "demo_en"
 ONNX_DIR = MODEL_DIR / "onnx"
 PIPELINES = {
     "offline": ("attention_rescoring", "feature_extractor", "encoder", "scoring", "decoder"),
-    "streaming": ("streaming_wenet", "streaming_feature_extractor", "wenet", "streaming_encoder", "decoder"),
+    "streaming": ("streaming_wenet", "streaming_wenet_ensemble", "streaming_feature_extractor", "wenet",
+                  "streaming_encoder", "decoder"),
 }
 ONNX_MODELS = ("encoder", "decoder", "streaming_encoder")
 
@@ -32,12 +35,12 @@ def exported() -> bool:
     return (ONNX_DIR / "encoder.onnx").exists()
 
 
-def pipeline_repo(folder: Path, pipeline: str, onnx_as_python: bool) -> Path:
+def pipeline_repo(folder: Path, pipeline: str, onnx_as_python: bool, inline_graphs: bool = True) -> Path:
     sys.path.insert(0, str(ROOT / "scripts"))
     import build_model_repo
 
     build_model_repo.build(MODEL_DIR, ONNX_DIR, folder, beam=10, chunk_size=16, right_context=6, subsampling=4,
-                           max_batch=64)
+                           max_batch=64, inline_graphs=inline_graphs)
     keep = PIPELINES[pipeline]
     for model in folder.iterdir():
         if model.name not in keep:

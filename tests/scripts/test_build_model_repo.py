@@ -25,7 +25,8 @@ MODEL_DIR = ROOT / "models" / "demo_en"
 DATA = ROOT / "tests" / "data" / "demo_utts"
 UTTERANCE = "test_a_000004"  # "i need nine black chairs": 2 s, both pipelines transcribe it exactly
 PIPELINE_MODELS = {"feature_extractor", "encoder", "decoder", "scoring", "attention_rescoring",
-                   "streaming_feature_extractor", "streaming_encoder", "wenet", "streaming_wenet"}
+                   "streaming_feature_extractor", "streaming_encoder", "wenet", "streaming_wenet",
+                   "streaming_wenet_ensemble"}
 
 pytestmark = pytest.mark.skipif(not (MODEL_DIR / "onnx" / "encoder.onnx").exists(),
                                 reason="the bundled model's graphs are not exported: run bash scripts/build_demo_repo.sh")
@@ -63,9 +64,9 @@ def test_repository_is_self_contained(tmp_path):
     run = build(out)
     assert run.returncode == 0, run.stderr
     assert {p.name for p in out.iterdir()} == PIPELINE_MODELS
-    for name in ("feature_extractor", "scoring", "streaming_feature_extractor", "wenet"):
+    for name in ("feature_extractor", "scoring", "streaming_feature_extractor", "wenet", "streaming_wenet"):
         assert (out / name / "1" / "model.py").read_text() == (ROOT / "model_repo" / name / "1" / "model.py").read_text()
-    for name in ("scoring", "wenet"):
+    for name in ("scoring", "wenet", "streaming_wenet"):
         assert (out / name / "units.txt").read_bytes() == (MODEL_DIR / "units.txt").read_bytes()
         assert (out / name / "bpe.model").read_bytes() == (MODEL_DIR / "bpe.model").read_bytes()
     # No parameter points outside the repository: no absolute path; the only '..' paths are the streaming
@@ -76,7 +77,8 @@ def test_repository_is_self_contained(tmp_path):
             if ".." in Path(value).parts:
                 target = (config.parent / value).resolve()
                 assert target.is_file() and target.is_relative_to(out.resolve()), (config, value)
-    assert 'key: "encoder_onnx"' in (out / "wenet" / "config.pbtxt").read_text()
+    for name in ("wenet", "streaming_wenet"):
+        assert 'key: "encoder_onnx"' in (out / name / "config.pbtxt").read_text()
 
 
 async def test_built_repository_serves_both_pipelines_where_built_moved_and_copied(tmp_path, running):
