@@ -88,16 +88,30 @@ def load_data(folder: Path) -> list[tuple[str, np.ndarray, str]]:
     return items
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int | None = None) -> float:
-    """user + system CPU seconds of a process (all its threads); this process when pid is None."""
+    """user + system CPU seconds of a process (all its threads) and of its live child processes (a server's
+    model instances run in processes of their own with instance_process); this process when pid is None."""
     if pid is None:
         t = os.times()
         return t.user + t.system
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        fields = _stat(pid)
     except (OSError, IndexError, ValueError):
         return float("nan")
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                child = _stat(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            if int(child[1]) == pid:  # field 4: the parent's pid
+                total += cpu_seconds(int(entry.name))
+    return total
 
 
 def percentile_ms(values, q: float) -> float:

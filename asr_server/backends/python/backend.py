@@ -26,6 +26,8 @@ from asr_server.backends.python.bls import InstanceRoute
 from asr_server.backends.python.convert import pb_error_response, pb_tensor, server_tensor
 from asr_server.backends.python.error_codes import server_error
 from asr_server.backends.python.event_loop import ModelEventLoop
+from asr_server.backends.python.process_model import PARAMETER as PROCESS_PARAMETER
+from asr_server.backends.python.process_model import ProcessModel, wants_process
 from asr_server.backends.python.importer import (
     DEFAULT_MODEL_FILENAME,
     forget_model_module,
@@ -80,6 +82,9 @@ class PythonBackend(Backend):
     def load(self) -> None:
         ctx = self.context
         path = model_path(ctx.config, ctx.version_dir)
+        if wants_process(ctx.config.parameters):
+            self._model = self._load_in_process(path)
+            return
         module = import_model_module(path, ctx.name, self._api)
         try:
             found = model_class(module, path)
@@ -97,6 +102,17 @@ class PythonBackend(Backend):
             forget_model_module(module)
             raise internal(f"Python model '{path}' does not implement `execute` method.")
         self._module, self._model = module, model
+
+    def _load_in_process(self, path: Path) -> ProcessModel:
+        """The instance in a process of its own (config parameter `instance_process`; process_model.py)."""
+        name = self.context.name
+        if self._decoupled:
+            raise invalid_argument(f"model '{name}': a decoupled python model cannot run in its own process "
+                                   f"(parameter {PROCESS_PARAMETER})")
+        try:
+            return ProcessModel(path, name, self.context.version, self.initialize_args())
+        except RuntimeError as exc:
+            raise internal(f"failed to load model '{name}': {exc}") from exc
 
     def unload(self) -> None:
         try:
