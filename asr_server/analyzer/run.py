@@ -72,7 +72,15 @@ class Analyzer:
 
         top = read_config(Path(self.o.repository) / self.o.model)
         steps = [s.model_name for s in top.ensemble_scheduling.step] if top.platform == ENSEMBLE else []
-        return list(dict.fromkeys([self.o.model, *steps, *self.o.bls_composing_models]))
+        models = list(dict.fromkeys([self.o.model, *steps, *self.o.bls_composing_models]))
+        # folders whose files a model's parameters name ("../streaming_encoder/1/...": a scorer that runs that
+        # model's graph itself) are copied too, or the copy would not load
+        for name in list(models):
+            for value in read_config(Path(self.o.repository) / name).parameters.values():
+                parts = Path(value.string_value).parts
+                if len(parts) > 2 and parts[0] == ".." and (Path(self.o.repository) / parts[1]).is_dir():
+                    models.append(parts[1])
+        return list(dict.fromkeys(models))
 
     def _plan(self) -> None:
         self.top_config = self._read_file_config(self.o.model)

@@ -184,3 +184,18 @@ def test_local_server_leaves_nothing_behind_when_the_copy_fails(tmp_path, monkey
         with LocalServer(tmp_path / "no_repo", ["missing"]):
             pass
     assert list(tmp_path.iterdir()) == [], "the repository copy was not removed"
+
+
+def test_the_copied_repository_brings_the_folders_a_model_reads_graphs_from(tmp_path):
+    """The bundled streaming scorers run the streaming_encoder's and decoder's graphs themselves (parameters
+    encoder_onnx, decoder_onnx = "../<model>/1/<file>"): the analyzer's copy must hold those folders."""
+    from pathlib import Path
+
+    from asr_server.analyzer.options import AnalyzerOptions
+    from asr_server.analyzer.run import Analyzer
+
+    analyzer = Analyzer(AnalyzerOptions(model="streaming_wenet_ensemble", export_path=tmp_path,
+                                        repository=BUNDLED_REPO, perf=perf.PerfSettings(Path("perf_analyzer"))))
+    models = analyzer._models_from_repository()
+    assert models[:3] == ["streaming_wenet_ensemble", "streaming_feature_extractor", "wenet"]
+    assert sorted(models[3:]) == ["decoder", "streaming_encoder"]
