@@ -4,6 +4,7 @@
     bash scripts/resume_corpus.sh          # voices, real speech, game speech, then `run` in the background
     /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py status [--voices]
     /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py bench       # synthesis speed of every voice
+    /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py freeze      # ROOT/train_v2, the training data
 
 Writes under ROOT (default /work/asr_data, outside the checkout):
     ROOT/manifest.jsonl                 one line per finished utterance (append-only; the truth)
@@ -320,9 +321,49 @@ def bench(args) -> int:
     return 0
 
 
+FROZEN_TRAIN = 15_568  # the train split's size when issue 15's training data was frozen (2026-12-04)
+KALDI_FILES = ("wav.scp", "text", "utt2spk", "utt2dur")
+
+
+def _kaldi_rows(folder: Path) -> dict[str, dict[str, str]]:
+    """{utt: {file: value}} of a Kaldi-style folder's files."""
+    rows: dict[str, dict[str, str]] = {}
+    for name in KALDI_FILES:
+        for line in (folder / name).read_text(encoding="utf-8").splitlines():
+            utt, _, value = line.partition(" ")
+            rows.setdefault(utt, {})[name] = value
+    return rows
+
+
+def freeze(args) -> int:
+    """ROOT/<out>: the training data of the open-English recogniser (scripts/train_open_en.sh), the same on
+    every machine: the train split's first N utterances by index (the generator makes index i from its own
+    seed, so a regenerated corpus gives the same ones) and the Flight of the Amazon Queen actors' training
+    lines listed --fotaq-copies times (copies after the first get the suffix _rep<k>)."""
+    train = _kaldi_rows(args.root / "train")
+    chosen = {utt: row for utt, row in train.items() if int(utt.rsplit("_", 1)[1]) < args.freeze_train}
+    if len(chosen) < args.freeze_train:
+        print(f"the train split has {len(chosen)} of the first {args.freeze_train} utterances: let the "
+              "generator run on (bash scripts/resume_corpus.sh)", file=sys.stderr)
+        return 1
+    game = _kaldi_rows(args.root / "fotaq" / "fotaq_train")
+    for k in range(args.fotaq_copies):
+        for utt, row in game.items():
+            chosen[utt if k == 0 else f"{utt}_rep{k + 1}"] = row
+    out = args.root / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    for name in KALDI_FILES:
+        (out / name).write_text("".join(f"{utt} {row[name]}\n" for utt, row in sorted(chosen.items())),
+                                encoding="utf-8")
+    hours = sum(float(row["utt2dur"]) for row in chosen.values()) / 3600
+    print(f"{out}: {len(chosen)} utterances, {hours:.1f} h ({args.freeze_train} synthetic, "
+          f"{len(game)} game lines x {args.fotaq_copies})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq"))
+    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq", "freeze"))
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--seed", type=int, default=None, help="first run only (default 2026); fixed after")
     for split in SPLIT_ORDER:
@@ -330,7 +371,13 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"utterances (default {DEFAULT_SIZES[split]})")
     ap.add_argument("--limit", type=int, default=0, help="stop after making this many (0: all)")
     ap.add_argument("--voices", action="store_true", help="status: per-voice table")
+    ap.add_argument("--freeze-train", type=int, default=FROZEN_TRAIN,
+                    help=f"freeze: the train split's first N utterances (default {FROZEN_TRAIN})")
+    ap.add_argument("--fotaq-copies", type=int, default=2, help="freeze: times the game's actors' lines are listed")
+    ap.add_argument("--out", default="train_v2", help="freeze: the data folder written under ROOT")
     args = ap.parse_args(argv)
+    if args.command == "freeze":
+        return freeze(args)
     if args.command == "run":
         return run(args)
     if args.command == "fotaq":

@@ -6,9 +6,9 @@
 #   bash scripts/train_open_en.sh            # log: $ASR_DATA/exp/open_en/train.out, per step: train_log.tsv
 #   kill -TERM $(cat $ASR_DATA/train.pid)    # stops after the current step and saves
 #
-# Data: $ASR_DATA/train_v2, the corpus's train split (scripts/gen_corpus.py, frozen at 15,568 utterances,
-# 15.8 h, seven synthesiser families) plus the Flight of the Amazon Queen actors' training lines (3,993
-# clips, 2.8 h of real voices) listed twice. Model: 8 blocks, d=192, FFN 768 (9.7M parameters; 2.0 s per
+# Data: $ASR_DATA/train_v2, written by `scripts/gen_corpus.py freeze` when missing: the corpus's train split
+# (frozen at its first 15,568 utterances, 15.8 h, seven synthesiser families) plus the Flight of the Amazon
+# Queen actors' training lines (3,993 clips, 2.8 h of real voices) listed twice. Model: 8 blocks, d=192, FFN 768 (9.7M parameters; 2.0 s per
 # batch of 32 against 0.9 s for the 3.6M demo model, measured here), BPE 300 trained on the new text,
 # restricted CTC from the first step (slack 6 frames), full context for 3,000 steps, then 30% full context
 # and 70% chunks of 8-24 frames.
@@ -20,6 +20,10 @@ pid=$(cat "$ASR_DATA/train.pid" 2>/dev/null || true)
 if [ -n "$pid" ] && grep -qs train.py "/proc/$pid/cmdline"; then
   echo "training already running, pid $pid (log $EXP/train.out)"
   exit 0
+fi
+if [ ! -s "$ASR_DATA/train_v2/text" ]; then  # the frozen training data, written once (gen_corpus.py freeze)
+  "$ASR_DATA/tts-venv/bin/python" scripts/gen_corpus.py freeze --root "$ASR_DATA" \
+    || { echo "the corpus is not far enough yet: bash scripts/resume_corpus.sh, then rerun this" >&2; exit 1; }
 fi
 mkdir -p "$EXP"
 setsid nohup nice -n 10 .venv/bin/python scripts/train.py --data "$ASR_DATA/train_v2" --exp "$EXP" \

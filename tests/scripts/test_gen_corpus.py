@@ -127,3 +127,20 @@ def test_a_resumed_run_makes_the_same_corpus_as_an_uninterrupted_one(tmp_path, m
     plan = json.loads((parts / "plan.json").read_text())
     assert plan == {"seed": 7, "sizes": {"test_template": 2, "test_digits": 2, "test_open": 2,
                                          "test_heldout_voice": 2, "train": 8}}
+
+
+def test_freeze_takes_the_first_train_indices_and_lists_the_game_lines_twice(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    gen = load_gen()
+    export_kaldi([row(f"train_{i:06d}", dur=2.0) for i in (3, 0, 2, 1)], tmp_path)
+    export_kaldi([row("fotaq_train_020001p2", split="fotaq_train", dur=1.0)], tmp_path / "fotaq")
+    assert gen.main(["freeze", "--root", str(tmp_path), "--freeze-train", "5"]) == 1  # index 4 is not made yet
+    assert not (tmp_path / "train_v2").exists()
+    assert gen.main(["freeze", "--root", str(tmp_path), "--freeze-train", "3"]) == 0
+    frozen = tmp_path / "train_v2"
+    utts = [line.split()[0] for line in (frozen / "wav.scp").read_text().splitlines()]
+    assert utts == ["fotaq_train_020001p2", "fotaq_train_020001p2_rep2", "train_000000", "train_000001",
+                    "train_000002"]
+    for name in ("text", "utt2spk", "utt2dur"):
+        assert [line.split()[0] for line in (frozen / name).read_text().splitlines()] == utts
+    assert (frozen / "text").read_text().splitlines()[1] == "fotaq_train_020001p2_rep2 words of fotaq_train_020001p2"
