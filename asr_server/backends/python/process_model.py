@@ -6,8 +6,8 @@ Opt-in per model with the config parameter ``instance_process`` = "1" (``PythonB
 passes unknown parameters to the model, so the same repository loads there unchanged. The backend keeps
 everything else: it builds the ``pb_utils`` requests and turns the answers into server responses; only the
 model's ``initialize``/``execute``/``finalize`` move. ``ProcessModel`` stands in for the model object: its
-``execute`` sends each request's inputs, parameters and sequence fields through a pipe and rebuilds the
-responses the child's model returned.
+``execute`` sends each request's inputs, parameters and sequence fields through a socket pair and rebuilds
+the responses the child's model returned.
 
 What a child cannot do: BLS (its requests would have to come back to this server; it fails with a clear
 error), decoupled or ``async def execute`` models (refused at load). A child that dies fails the batches sent
@@ -146,46 +146,55 @@ def _serve(connection, path: str, model_name: str, model_version: int, args: dic
                 except OSError:
                     pass
             return
-        captured: list[list] = []
-        requests = []
-        for fields in message[1]:
-            sent: list = []
-            captured.append(sent)
+        requests, captured = _child_requests(api, route, message[1], model_name, model_version)
+        connection.send(_execute(model, route, requests, captured))
 
-            def deliver(response, final, sent=sent):
-                if response is not None:
-                    sent.append(response)
 
-            cancelled = fields["cancelled"]
-            requests.append(api.InferenceRequest._received(
-                inputs=[pb_utils.Tensor(name, array) for name, array in fields["inputs"]],
-                requested_output_names=fields["requested_output_names"], model_name=model_name,
-                model_version=model_version, request_id=fields["request_id"],
-                correlation_id=fields["correlation_id"], flags=fields["flags"], timeout=fields["timeout"],
-                parameters_json=fields["parameters"], cancelled=lambda c=cancelled: c,
-                response_sender=pb_utils.InferenceResponseSender(deliver, False, lambda c=cancelled: c),
-                route=route))
-        try:
-            with use_route(route):
-                returned = model.execute(requests)
-            if returned is None:
-                returned = [None] * len(requests)
-            if not isinstance(returned, (list, tuple)):
-                answer = ("returned", type(returned).__name__)
-            else:
-                answer = ("responses", [_answer(r, captured[i] if i < len(captured) else [])
-                                        for i, r in enumerate(returned)])
-        except Exception as exc:  # noqa: BLE001 - the backend fails the batch with Triton's wording
-            answer = ("raised", (type(exc).__name__, str(exc)))
-        connection.send(answer)
+def _child_requests(api, route, batch: list[dict], model_name: str, model_version: int) -> tuple[list, list]:
+    """The pb_utils requests a batch's fields stand for, and per request the list its sender fills (a model
+    may answer through the sender instead of returning the response)."""
+    requests, captured = [], []
+    for fields in batch:
+        sent: list = []
+        captured.append(sent)
+
+        def deliver(response, final, sent=sent):
+            if response is not None:
+                sent.append(response)
+
+        def cancelled(value=fields["cancelled"]):
+            return value
+
+        requests.append(api.InferenceRequest._received(
+            inputs=[pb_utils.Tensor(name, array) for name, array in fields["inputs"]],
+            requested_output_names=fields["requested_output_names"], model_name=model_name,
+            model_version=model_version, request_id=fields["request_id"], correlation_id=fields["correlation_id"],
+            flags=fields["flags"], timeout=fields["timeout"], parameters_json=fields["parameters"],
+            cancelled=cancelled, response_sender=pb_utils.InferenceResponseSender(deliver, False, cancelled),
+            route=route))
+    return requests, captured
+
+
+def _execute(model, route, requests: list, captured: list) -> tuple:
+    """The answer to one ("execute", ...) message: ("responses", [...]), ("returned", type name) for a model
+    that returned no list, or ("raised", (type name, message))."""
+    from asr_server.backends.python.api.routes import use_route
+
+    try:
+        with use_route(route):
+            returned = model.execute(requests)
+        if returned is None:
+            returned = [None] * len(requests)
+        if not isinstance(returned, (list, tuple)):
+            return "returned", type(returned).__name__
+        return "responses", [_answer(r, captured[i] if i < len(captured) else []) for i, r in enumerate(returned)]
+    except Exception as exc:  # noqa: BLE001 - the backend fails the batch with Triton's wording
+        return "raised", (type(exc).__name__, str(exc))
 
 
 def main() -> None:
     """The child's entry point (``python -c "...import main; main()" FD``, FD its end of the socket pair); the
     model to load comes first through it."""
-    import sys
-    from multiprocessing.connection import Connection
-
     connection = Connection(int(sys.argv[1]))
     path, model_name, model_version, args = connection.recv()
     _serve(connection, path, model_name, model_version, args)
