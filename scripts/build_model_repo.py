@@ -136,7 +136,8 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
         tokenizer_files["hotwords.txt"] = hotwords
     fbank = {"num_mel_bins": mel, "frame_length_ms": 25, "frame_shift_ms": 10, "sample_rate": 16000}
     wav_in = [tensor("wav", "TYPE_FP32", [-1]), tensor("wav_lens", "TYPE_INT32", [1])]
-    speech_out = [tensor("speech", "TYPE_FP32", [-1, mel]), tensor("speech_lengths", "TYPE_INT32", [1])]
+    # the feature extractors' outputs, and the inputs of the scorer that reads them (wenet)
+    speech = [tensor("speech", "TYPE_FP32", [-1, mel]), tensor("speech_lengths", "TYPE_INT32", [1])]
     oldest = (f"oldest {{ max_candidate_sequences: 1024 preferred_batch_size: [ 8, 16, 32 ] "
               f"max_queue_delay_microseconds: 2000 }}")
     # The scorers wait longer for a batch: they run the encoder graph on every window of a batch at once, and
@@ -153,7 +154,7 @@ max_batch_size: {max_batch}
 {params({**fbank, "min_frames": right_context + 1, "fbank_backend": "numpy",
          "max_audio_seconds": MAX_AUDIO_SECONDS})}
 input [ {", ".join(wav_in)} ]
-output [ {", ".join(speech_out)} ]
+output [ {", ".join(speech)} ]
 {OFFLINE_BATCHING}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """)
@@ -256,7 +257,7 @@ backend: "python"
 max_batch_size: {max_batch}
 {params({**fbank, "idle_seconds": SEQUENCE_IDLE_US / 1e6, "fbank_backend": "numpy"})}
 input [ {", ".join(wav_in)} ]
-output [ {", ".join(speech_out)} ]
+output [ {", ".join(speech)} ]
 sequence_batching {{
   max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}
   {oldest}
@@ -273,13 +274,15 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
         wenet_params["encoder_onnx"] = "../streaming_encoder/1/streaming_encoder.onnx"
         if rescoring:
             wenet_params["decoder_onnx"] = "../decoder/1/decoder.onnx"
-    write(repo, "wenet", f"""
-name: "wenet"
+    def write_scorer(name: str, values: dict, inputs: list[str], text_output: str) -> None:
+        """A streaming scorer: a sequence-batched python model answering a scalar transcript and DETAILS."""
+        write(repo, name, f"""
+name: "{name}"
 backend: "python"
 max_batch_size: {max_batch}
-{params(wenet_params)}
-input [ {tensor("speech", "TYPE_FP32", [-1, mel])}, {tensor("speech_lengths", "TYPE_INT32", [1])} ]
-output [ {tensor("OUTPUT0", "TYPE_STRING", [1], reshape_scalar=True)}, {tensor("DETAILS", "TYPE_STRING", [1], reshape_scalar=True)} ]
+{params(values)}
+input [ {", ".join(inputs)} ]
+output [ {tensor(text_output, "TYPE_STRING", [1], reshape_scalar=True)}, {tensor("DETAILS", "TYPE_STRING", [1], reshape_scalar=True)} ]
 sequence_batching {{
   max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}
   {scorer_oldest}
@@ -287,21 +290,11 @@ sequence_batching {{
 }}
 instance_group [ {{ count: {STREAMING_INSTANCES} kind: KIND_CPU }} ]
 """, assets=tokenizer_files)
+
+    write_scorer("wenet", wenet_params, speech, "OUTPUT0")  # WeNet's: fbank frames in
     # The default streaming model: the same work in one python model, audio in (no second request per chunk).
-    write(repo, "streaming_wenet", f"""
-name: "streaming_wenet"
-backend: "python"
-max_batch_size: {max_batch}
-{params({**fbank, "fbank_backend": "numpy", **wenet_params})}
-input [ {tensor("WAV", "TYPE_FP32", [-1])}, {tensor("WAV_LENS", "TYPE_INT32", [1])} ]
-output [ {tensor("TRANSCRIPTS", "TYPE_STRING", [1], reshape_scalar=True)}, {tensor("DETAILS", "TYPE_STRING", [1], reshape_scalar=True)} ]
-sequence_batching {{
-  max_sequence_idle_microseconds: {SEQUENCE_IDLE_US}
-  {scorer_oldest}
-  {CONTROLS}
-}}
-instance_group [ {{ count: {STREAMING_INSTANCES} kind: KIND_CPU }} ]
-""", assets=tokenizer_files)
+    write_scorer("streaming_wenet", {**fbank, "fbank_backend": "numpy", **wenet_params},
+                 [tensor("WAV", "TYPE_FP32", [-1]), tensor("WAV_LENS", "TYPE_INT32", [1])], "TRANSCRIPTS")
     write(repo, "streaming_wenet_ensemble", f"""
 name: "streaming_wenet_ensemble"
 platform: "ensemble"

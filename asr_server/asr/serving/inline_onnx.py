@@ -1,12 +1,12 @@
 """The streaming encoder and the attention decoder run in the scoring model's own process, with onnxruntime.
 
 The streaming scorer (``streaming_scorer.StreamingScorer``) calls its encoder and decoder through plain
-functions. By default model_repo/wenet/1/model.py makes them BLS requests to the ``streaming_encoder`` and
-``decoder`` models (the encoder's caches then live as implicit state in that model's sequence batcher). With
-the wenet config's parameters ``encoder_onnx`` / ``decoder_onnx`` it runs the same graphs here instead:
-one onnxruntime call per round of windows, no request, no second scheduler, no thread hop, and each
-sequence's caches in one dict beside it. Measured with ``python -m bench.stream_cpu`` (issue 14); BLS stays
-the way to a TensorRT or GPU encoder.
+functions. With the scorer config's parameters ``encoder_onnx`` / ``decoder_onnx`` (build_model_repo.py's
+default) ``streaming_model.StreamingRecogniser`` runs those graphs here: one onnxruntime call per round of
+windows, no request, no second scheduler, no thread hop, and each sequence's caches in one dict beside it.
+Without them it makes BLS requests to the ``streaming_encoder`` and ``decoder`` models (the encoder's caches
+then live as implicit state in that model's sequence batcher): the way to a TensorRT or GPU encoder.
+Measured with ``python -m bench.stream_cpu`` (issue 14).
 """
 
 from __future__ import annotations

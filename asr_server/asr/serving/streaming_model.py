@@ -21,9 +21,11 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ..decoding.details import DETAILS, encode
+from ..features.fbank import checked_waveform
 from . import serving_config
+from .pipeline import StreamingFeatures
 from .streaming_scorer import EncoderJob, EncoderResult, StreamChunk, StreamFailed, StreamingScorer
-from .triton_helpers import cancelled_response, control, error_response, run_decoder
+from .triton_helpers import cancelled_response, control, error_response, input_array, run_decoder
 
 ENCODER = "streaming_encoder"
 ENCODER_OUTPUTS = ["log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens"]
@@ -49,6 +51,32 @@ def encode_one(job: EncoderJob) -> EncoderResult:
 
     return EncoderResult(out("log_probs")[0], out("log_probs_idx")[0], out("chunk_out")[0],
                          int(out("chunk_out_lens").reshape(-1)[0]))
+
+
+def audio_frames(requests: Sequence, features: StreamingFeatures, wav: str, wav_lens: str
+                 ) -> list[Union[np.ndarray, ValueError, None]]:
+    """Each request's new fbank frames from its audio chunk (inputs ``wav``, ``wav_lens``), with every
+    sequence's new samples in one fbank call: the (T, num_mel_bins) array, the ValueError of a chunk whose audio
+    is refused (it fails alone; its sequence keeps its state), or None for a cancelled request (its sequence's
+    fbank state is dropped). What streaming_feature_extractor and streaming_wenet both read."""
+    frames: list[Union[np.ndarray, ValueError, None]] = [None] * len(requests)
+    chunks, where = [], []
+    for i, request in enumerate(requests):
+        key = int(control(request, "CORRID"))
+        if request.is_cancelled():
+            features.drop(key)
+            continue
+        n = int(input_array(request, wav_lens).reshape(-1)[0])
+        try:
+            samples = checked_waveform(input_array(request, wav)[0], n)
+        except ValueError as exc:
+            frames[i] = exc
+            continue
+        chunks.append((key, samples, bool(control(request, "START")), bool(control(request, "END"))))
+        where.append(i)
+    for i, new in zip(where, features.accept_many(chunks)):
+        frames[i] = new
+    return frames
 
 
 class StreamingRecogniser:

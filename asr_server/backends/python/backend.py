@@ -26,8 +26,6 @@ from asr_server.backends.python.bls import InstanceRoute
 from asr_server.backends.python.convert import pb_error_response, pb_tensor, server_tensor
 from asr_server.backends.python.error_codes import server_error
 from asr_server.backends.python.event_loop import ModelEventLoop
-from asr_server.backends.python.process_model import PARAMETER as PROCESS_PARAMETER
-from asr_server.backends.python.process_model import ProcessModel, wants_process
 from asr_server.backends.python.importer import (
     DEFAULT_MODEL_FILENAME,
     forget_model_module,
@@ -36,6 +34,8 @@ from asr_server.backends.python.importer import (
     model_class,
     model_path,
 )
+from asr_server.backends.python.process_model import PARAMETER as PROCESS_PARAMETER
+from asr_server.backends.python.process_model import ProcessModel, wants_process
 from asr_server.backends.reshape import to_client_shape, to_model_shape
 from asr_server.errors import ServerError, internal, invalid_argument
 from asr_server.messages import InferRequest, InferResponse, ResponseSink

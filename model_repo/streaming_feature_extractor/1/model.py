@@ -9,10 +9,10 @@ for KIND_GPU).
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from asr_server.asr.features.fbank import checked_waveform
 from asr_server.asr.serving import serving_config
 from asr_server.asr.serving.pipeline import StreamingFeatures
-from asr_server.asr.serving.triton_helpers import cancelled_response, control, error_response, input_array
+from asr_server.asr.serving.streaming_model import audio_frames
+from asr_server.asr.serving.triton_helpers import cancelled_response, error_response
 
 
 class TritonPythonModel:
@@ -22,27 +22,16 @@ class TritonPythonModel:
                                           setup.compute_fbank)
 
     def execute(self, requests):
-        responses = [None] * len(requests)
-        chunks, where = [], []
-        for i, request in enumerate(requests):
-            key = int(control(request, "CORRID"))
-            if request.is_cancelled():
-                self.features.drop(key)
-                responses[i] = cancelled_response()
-                continue
-            wav = input_array(request, "wav")
-            n = int(input_array(request, "wav_lens").reshape(-1)[0])
-            try:
-                samples = checked_waveform(wav[0], n)
-            except ValueError as exc:  # this chunk fails alone; the sequence keeps its state
-                responses[i] = error_response(str(exc))
-                continue
-            chunks.append((key, samples, bool(control(request, "START")), bool(control(request, "END"))))
-            where.append(i)
+        responses = []
         # every sequence's new samples in one fbank call (kaldifeat batches them on the device)
-        for i, frames in zip(where, self.features.accept_many(chunks)):
-            responses[i] = pb_utils.InferenceResponse([
-                pb_utils.Tensor("speech", frames[None].astype(np.float32)),
-                pb_utils.Tensor("speech_lengths", np.array([[frames.shape[0]]], dtype=np.int32)),
-            ])
+        for frames in audio_frames(requests, self.features, "wav", "wav_lens"):
+            if frames is None:  # cancelled: its sequence's state is dropped
+                responses.append(cancelled_response())
+            elif isinstance(frames, ValueError):  # this chunk fails alone; the sequence keeps its state
+                responses.append(error_response(str(frames)))
+            else:
+                responses.append(pb_utils.InferenceResponse([
+                    pb_utils.Tensor("speech", frames[None].astype(np.float32)),
+                    pb_utils.Tensor("speech_lengths", np.array([[frames.shape[0]]], dtype=np.int32)),
+                ]))
         return responses
