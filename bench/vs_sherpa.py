@@ -15,9 +15,11 @@
    latency = last audio sent -> final text (sherpa-onnx: the text "Done" goes right after the last samples and
    the final JSON result is the end; ours: the END request's response). A stream count is sustained when
    the p99 final latency is under 300 ms with no error; S = 8, 16, 32, ... then bisection;
-4. also: our per-chunk latency, each server's CPU-seconds per audio-second (process CPU time from /proc) and
-   the bare ONNX Runtime floor of the same work (streaming encoder windows at batch 1 and batched, one
-   thread; plus decoder.onnx rescoring calls), measured in the same run;
+4. also: our per-chunk latency, each server's CPU-seconds per audio-second (process CPU time from /proc), the
+   load generator's, how busy the whole machine was (middle half of each trial), and the bare ONNX Runtime
+   floor of the same work (streaming encoder windows at batch 1 and batched, one thread; plus decoder.onnx
+   rescoring calls; plus the fbank), measured in the same run; from these, the CPU budget per audio-second
+   that issue 14's targets (1.7x greedy, 1.3x rescoring) would leave the server, beside that floor;
 5. sherpa-onnx gets its best settings: each of --sherpa-configs (work threads, ORT threads, max batch size)
    runs one probe at --probe-streams and the one with the lowest p99 final latency (then CPU) is searched;
 6. WER of each on all utterances of --wer-data (default --data; unpaced, 640 ms chunks); a plot of p99 final
@@ -114,6 +116,45 @@ def cpu_seconds(pid: int | None = None) -> float:
     return total
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine so far (/proc/stat; idle and iowait are not busy)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
+class MachineLoad:
+    """How busy every core of the machine was in the middle half of a trial (the staggered start and the
+    streams finishing one by one at its ends would water down an average over the whole trial)."""
+
+    def __init__(self, every_s: float = 0.25):
+        import threading
+
+        self.every_s, self.samples, self._stop = every_s, [], threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            self.samples.append(machine_ticks())
+            if self._stop.wait(self.every_s):
+                self.samples.append(machine_ticks())
+                return
+
+    def __enter__(self) -> "MachineLoad":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def steady_pct(self) -> float:
+        n = len(self.samples)
+        if n < 2:
+            return float("nan")
+        first, last = self.samples[n // 4], self.samples[max(n // 4 + 1, 3 * n // 4)]
+        return 100 * (last[0] - first[0]) / max(1, last[1] - first[1])
+
+
 def percentile_ms(values, q: float) -> float:
     return 1e3 * float(np.percentile(values, q)) if len(values) else float("nan")
 
@@ -129,7 +170,7 @@ def free_port() -> int:
 def neural_floor(onnx_dir: Path, items, threads: int, beam: int = 10) -> dict:
     """CPU-seconds per audio-second of bare ONNX Runtime doing the streaming work: encoder windows (640 ms of
     audio each) at batch 1 and 32 with zero caches, and decoder.onnx rescoring one n-best list per utterance
-    (batch 8, the demo utterances' lengths, 12-token hypotheses)."""
+    (batch 8, the demo utterances' lengths, 12-token hypotheses); and the fbank of the same audio."""
     import onnxruntime as ort
 
     def session(name):
@@ -176,6 +217,12 @@ def neural_floor(onnx_dir: Path, items, threads: int, beam: int = 10) -> dict:
              "ctc_score": rng.normal(size=(batch, beam)).astype(np.float32)}
     feeds = {k: v for k, v in feeds.items() if k in names}
     out["decoder"] = timed(lambda: dec.run(None, feeds), 8) / (batch * audio.mean())
+    # Features are work every server does too: the fastest fbank here (ours, numpy, 32 chunks a call).
+    from asr_server.asr.features.fbank import FbankConfig, batch_fbank_computer
+
+    chunks = [rng.normal(scale=3000, size=int(window_s * SAMPLE_RATE) + 240).astype(np.float32) for _ in range(32)]
+    fbank = batch_fbank_computer("numpy", FbankConfig())
+    out["fbank"] = timed(lambda: fbank(chunks), 16) / (32 * window_s)
     return out
 
 
@@ -359,19 +406,25 @@ def sherpa_meta(sherpa_dir: Path) -> dict:
 # ------------------------------------------------------------------------------------------------ the runs
 
 def trial(name: str, run, pid: int, count: int, rows: dict) -> bool:
-    cpu, wall = cpu_seconds(pid), time.monotonic()
-    r = asyncio.run(run(count))
+    cpu, client, wall = cpu_seconds(pid), cpu_seconds(), time.monotonic()
+    with MachineLoad() as load:
+        r = asyncio.run(run(count))
     wall = time.monotonic() - wall
     cpu = cpu_seconds(pid) - cpu
-    r["cpu_per_audio_s"] = cpu / r["audio_s"] if r["audio_s"] else float("nan")
+    audio = r["audio_s"] or float("nan")
+    r["cpu_per_audio_s"] = cpu / audio
     r["cpu_pct"] = 100 * cpu / wall
+    r["load_generator_cpu_per_audio_s"] = (cpu_seconds() - client) / audio  # this process: the paced clients
+    r["machine_busy_pct"] = load.steady_pct()
     rows.setdefault(name, {})[count] = r
     good = r["errors"] == 0 and r["final_p99_ms"] <= P99_BUDGET_MS
     chunk = f" chunk p50 {r['chunk_p50_ms']:4.0f} p99 {r['chunk_p99_ms']:5.0f} ms" if r["chunk_p99_ms"] == r[
         "chunk_p99_ms"] else ""
     note = f" errors {r['errors']}: {r['first_error']}" if r["errors"] else ""
     print(f"  {name:>15} S={count:<4} final p50 {r['final_p50_ms']:5.0f} p99 {r['final_p99_ms']:6.0f} ms{chunk}  "
-          f"CPU {r['cpu_pct']:4.0f}% = {r['cpu_per_audio_s']:.4f} s/audio-s  {'ok' if good else 'over'}{note}",
+          f"CPU {r['cpu_pct']:4.0f}% = {r['cpu_per_audio_s']:.4f} s/audio-s (clients "
+          f"{r['load_generator_cpu_per_audio_s']:.4f}), machine {r['machine_busy_pct']:3.0f}% busy  "
+          f"{'ok' if good else 'over'}{note}",
           flush=True)
     return good
 
@@ -403,6 +456,43 @@ def search(name: str, run, pid: int, rows: dict, args, deadline: float) -> tuple
         else:
             bad = mid
     return best, f"{bad} failed"
+
+
+# Issue 14's acceptance: sustained streams of each of our modes over sherpa-onnx's.
+TARGET_RATIOS = {"ours greedy": 1.7, "ours rescore": 1.3}
+
+
+def target_budgets(best: dict, rows: dict, floors: dict, fbank: float, peer: int) -> dict:
+    """Whether a target is within reach on this machine: the server's CPU budget per audio-second when it
+    carries ratio x the peer's streams, after the paced clients' own measured CPU, (a) with every core
+    busy, (b) at the machine load where the busier of the two servers stopped (both stop short of 100%:
+    latency grows before the cores run out; the middle half of its trial); beside the bare floor of the same
+    work (neural + fbank). Every real-time stream brings one audio-second per second."""
+    cores = os.cpu_count() or 1
+    out = {}
+    print("what the targets need on this machine:")
+    for name, ratio in TARGET_RATIOS.items():
+        if name not in best or not best[name] or not best.get("sherpa-onnx"):
+            continue
+        target = int(np.ceil(ratio * peer))
+        limit = rows[name][best[name]]
+        per_stream = limit["load_generator_cpu_per_audio_s"]  # cores the clients take per real-time stream
+        load = max(limit["machine_busy_pct"], rows["sherpa-onnx"][peer]["machine_busy_pct"]) / 100
+        budget_full = (cores - per_stream * target) / target
+        budget_load = (load * cores - per_stream * target) / target
+        need = floors[name] + fbank
+        out[name] = {"ratio": ratio, "target_streams": target, "client_cores_per_stream": per_stream,
+                     "machine_load_at_limit": load, "budget_every_core": budget_full,
+                     "budget_at_limit_load": budget_load, "floor_with_fbank": need,
+                     "ours_at_limit": limit["cpu_per_audio_s"]}
+        verdict = ("out of reach even with every core busy" if budget_full < need else
+                   f"out of reach at the {100 * load:.0f}% machine load where the servers stop" if budget_load < need
+                   else "not excluded by the floor")
+        print(f"  {name} target {ratio}x = {target} streams: the server may spend {budget_full:.4f} CPU-s per "
+              f"audio-s with every core busy, {budget_load:.4f} at {100 * load:.0f}% machine load (the clients take "
+              f"{per_stream * target:.2f} cores); bare floor of the work {need:.4f}, this server at its limit "
+              f"{limit['cpu_per_audio_s']:.4f}: {verdict}")
+    return out
 
 
 def plot(rows: dict, best: dict, path: Path, title: str) -> None:
@@ -493,7 +583,7 @@ def main() -> int:
               f"prepared in {time.monotonic() - t0:.0f} s", flush=True)
         print(f"neural floor (bare ORT, {args.threads} thread, CPU-s per audio-s): streaming encoder batch 1 "
               f"{floor['encoder_b1']:.4f}, batch 32 {floor['encoder_b32']:.4f}; decoder rescoring "
-              f"{floor['decoder']:.4f}", flush=True)
+              f"{floor['decoder']:.4f}; fbank (numpy, batch 32) {floor['fbank']:.4f}", flush=True)
         search_modes = [m for m in modes if not (m == "sherpa" and why_not)]
         if why_not and "sherpa" in modes:
             print(f"sherpa-onnx skipped: {why_not}")
@@ -572,6 +662,8 @@ def main() -> int:
             cpu = rows[name][c]["cpu_per_audio_s"]
             print(f"  {name:>15}: {cpu:.4f} = {cpu / floors[name]:.2f}x its neural floor ({floors[name]:.4f})")
         summary["common_streams"] = c
+    if peer:
+        summary["targets"] = target_budgets(best, rows, floors, floor["fbank"], peer)
     summary["rows"] = rows
     if rows and args.plot:
         plot(rows, best, args.plot, f"{args.model_dir.name}, demo utterances, 640 ms chunks paced at real time, "

@@ -1,0 +1,52 @@
+"""bench/vs_sherpa.py's reading of issue 14's targets: the CPU budget a target leaves the server on this
+machine, beside the bare floor of the same work."""
+
+import pytest
+
+from bench import vs_sherpa
+
+
+def rows(ours_cpu: float) -> dict:
+    return {"sherpa-onnx": {100: {"machine_busy_pct": 80.0, "load_generator_cpu_per_audio_s": 0.0008,
+                                  "cpu_per_audio_s": 0.006}},
+            "ours greedy": {120: {"machine_busy_pct": 85.0, "load_generator_cpu_per_audio_s": 0.0010,
+                                  "cpu_per_audio_s": ours_cpu}}}
+
+
+def test_budget_is_the_cores_left_after_the_clients_per_target_stream(monkeypatch):
+    monkeypatch.setattr(vs_sherpa.os, "cpu_count", lambda: 2)
+    out = vs_sherpa.target_budgets({"sherpa-onnx": 100, "ours greedy": 120}, rows(0.005),
+                                   {"ours greedy": 0.003}, 0.0004, 100)["ours greedy"]
+    assert out["target_streams"] == 170  # 1.7 x 100
+    per_stream = 0.0010  # the clients' CPU-s per audio-s at our own limit
+    assert out["client_cores_per_stream"] == pytest.approx(per_stream)
+    assert out["machine_load_at_limit"] == pytest.approx(0.85)  # the busier of the two limits
+    assert out["budget_every_core"] == pytest.approx((2 - per_stream * 170) / 170)
+    assert out["budget_at_limit_load"] == pytest.approx((1.7 - per_stream * 170) / 170)
+    assert out["floor_with_fbank"] == pytest.approx(0.0034)
+    assert out["ours_at_limit"] == 0.005
+
+
+def test_a_floor_above_the_budget_is_reported_out_of_reach(monkeypatch, capsys):
+    monkeypatch.setattr(vs_sherpa.os, "cpu_count", lambda: 2)
+    best = {"sherpa-onnx": 100, "ours greedy": 120}
+    vs_sherpa.target_budgets(best, rows(0.02), {"ours greedy": 0.0095}, 0.0004, 100)
+    assert "out of reach at the 85% machine load" in capsys.readouterr().out
+    vs_sherpa.target_budgets(best, rows(0.02), {"ours greedy": 0.0120}, 0.0004, 100)
+    assert "out of reach even with every core busy" in capsys.readouterr().out
+    vs_sherpa.target_budgets(best, rows(0.02), {"ours greedy": 0.0030}, 0.0004, 100)
+    assert "not excluded by the floor" in capsys.readouterr().out
+
+
+def test_modes_not_run_or_without_a_peer_are_left_out():
+    assert vs_sherpa.target_budgets({"ours greedy": 120}, rows(0.005), {"ours greedy": 0.003}, 0.0004, 0) == {}
+
+
+def test_machine_load_is_read_over_the_middle_half_of_a_trial():
+    load = vs_sherpa.MachineLoad()
+    # (busy, total) ticks: idle at both ends, 90% busy in the middle
+    load.samples = [(0, 0), (1, 100), (2, 200), (92, 300), (182, 400), (272, 500), (362, 600), (363, 700)]
+    assert load.steady_pct() == pytest.approx(90.0)
+    with vs_sherpa.MachineLoad(every_s=0.01) as real:
+        sum(i * i for i in range(200_000))
+    assert len(real.samples) >= 2 and 0 <= real.steady_pct() <= 100
