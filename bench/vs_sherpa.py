@@ -38,6 +38,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -127,8 +128,6 @@ class MachineLoad:
     streams finishing one by one at its ends would water down an average over the whole trial)."""
 
     def __init__(self, every_s: float = 0.25):
-        import threading
-
         self.every_s, self.samples, self._stop = every_s, [], threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -462,17 +461,20 @@ def search(name: str, run, pid: int, rows: dict, args, deadline: float) -> tuple
 TARGET_RATIOS = {"ours greedy": 1.7, "ours rescore": 1.3}
 
 
-def target_budgets(best: dict, rows: dict, floors: dict, fbank: float, peer: int) -> dict:
+def target_budgets(best: dict, rows: dict, floors: dict, fbank: float) -> dict:
     """Whether a target is within reach on this machine: the server's CPU budget per audio-second when it
     carries ratio x the peer's streams, after the paced clients' own measured CPU, (a) with every core
     busy, (b) at the machine load where the busier of the two servers stopped (both stop short of 100%:
     latency grows before the cores run out; the middle half of its trial); beside the bare floor of the same
     work (neural + fbank). Every real-time stream brings one audio-second per second."""
+    peer = best.get("sherpa-onnx")
+    if not peer:
+        return {}
     cores = os.cpu_count() or 1
     out = {}
     print("what the targets need on this machine:")
     for name, ratio in TARGET_RATIOS.items():
-        if name not in best or not best[name] or not best.get("sherpa-onnx"):
+        if not best.get(name):
             continue
         target = int(np.ceil(ratio * peer))
         limit = rows[name][best[name]]
@@ -662,8 +664,7 @@ def main() -> int:
             cpu = rows[name][c]["cpu_per_audio_s"]
             print(f"  {name:>15}: {cpu:.4f} = {cpu / floors[name]:.2f}x its neural floor ({floors[name]:.4f})")
         summary["common_streams"] = c
-    if peer:
-        summary["targets"] = target_budgets(best, rows, floors, floor["fbank"], peer)
+    summary["targets"] = target_budgets(best, rows, floors, floor["fbank"])
     summary["rows"] = rows
     if rows and args.plot:
         plot(rows, best, args.plot, f"{args.model_dir.name}, demo utterances, 640 ms chunks paced at real time, "

@@ -16,7 +16,7 @@ def rows(ours_cpu: float) -> dict:
 def test_budget_is_the_cores_left_after_the_clients_per_target_stream(monkeypatch):
     monkeypatch.setattr(vs_sherpa.os, "cpu_count", lambda: 2)
     out = vs_sherpa.target_budgets({"sherpa-onnx": 100, "ours greedy": 120}, rows(0.005),
-                                   {"ours greedy": 0.003}, 0.0004, 100)["ours greedy"]
+                                   {"ours greedy": 0.003}, 0.0004)["ours greedy"]
     assert out["target_streams"] == 170  # 1.7 x 100
     per_stream = 0.0010  # the clients' CPU-s per audio-s at our own limit
     assert out["client_cores_per_stream"] == pytest.approx(per_stream)
@@ -30,16 +30,18 @@ def test_budget_is_the_cores_left_after_the_clients_per_target_stream(monkeypatc
 def test_a_floor_above_the_budget_is_reported_out_of_reach(monkeypatch, capsys):
     monkeypatch.setattr(vs_sherpa.os, "cpu_count", lambda: 2)
     best = {"sherpa-onnx": 100, "ours greedy": 120}
-    vs_sherpa.target_budgets(best, rows(0.02), {"ours greedy": 0.0095}, 0.0004, 100)
+    vs_sherpa.target_budgets(best, rows(0.02), {"ours greedy": 0.0095}, 0.0004)
     assert "out of reach at the 85% machine load" in capsys.readouterr().out
-    vs_sherpa.target_budgets(best, rows(0.02), {"ours greedy": 0.0120}, 0.0004, 100)
+    vs_sherpa.target_budgets(best, rows(0.02), {"ours greedy": 0.0120}, 0.0004)
     assert "out of reach even with every core busy" in capsys.readouterr().out
-    vs_sherpa.target_budgets(best, rows(0.02), {"ours greedy": 0.0030}, 0.0004, 100)
+    vs_sherpa.target_budgets(best, rows(0.02), {"ours greedy": 0.0030}, 0.0004)
     assert "not excluded by the floor" in capsys.readouterr().out
 
 
 def test_modes_not_run_or_without_a_peer_are_left_out():
-    assert vs_sherpa.target_budgets({"ours greedy": 120}, rows(0.005), {"ours greedy": 0.003}, 0.0004, 0) == {}
+    assert vs_sherpa.target_budgets({"ours greedy": 120}, rows(0.005), {"ours greedy": 0.003}, 0.0004) == {}
+    assert vs_sherpa.target_budgets({"sherpa-onnx": 100, "ours greedy": 0}, rows(0.005), {"ours greedy": 0.003},
+                                    0.0004) == {}
 
 
 def test_machine_load_is_read_over_the_middle_half_of_a_trial():
