@@ -17,7 +17,7 @@ from typing import AsyncIterator, Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server import __version__
+from asr_server import __version__, gc_freeze
 from asr_server.dtypes import config_to_wire
 from asr_server.errors import ErrorCode, ServerError, invalid_argument
 from asr_server.repository.manager import LoadedVersion, ModelManager, ModelState
@@ -137,13 +137,17 @@ class InferenceCore:
             raise ServerError(LOAD_NOT_ALLOWED, ErrorCode.UNAVAILABLE)
         if files and not config_override:
             raise invalid_argument(f"failed to load '{name}': 'file:' parameters require a 'config' parameter")
-        await self.manager.load(name, config_override, files or None)
+        try:
+            await self.manager.load(name, config_override, files or None)
+        finally:
+            gc_freeze.settle()
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """`unload_dependents`: also unload an ensemble's steps that were loaded only along with it."""
         if not self.model_control_explicit:
             raise ServerError(LOAD_NOT_ALLOWED, ErrorCode.UNAVAILABLE)
         await self.manager.unload(name, unload_dependents)
+        gc_freeze.settle()
 
     # ---- inference ------------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:

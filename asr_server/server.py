@@ -15,7 +15,7 @@ from typing import Optional
 import grpc
 from aiohttp import web
 
-from asr_server import metrics, tls
+from asr_server import gc_freeze, metrics, tls
 from asr_server.gpu import devices as gpu_devices
 from asr_server.core import CorePort, InferenceCore
 from asr_server.errors import ServerError
@@ -94,6 +94,7 @@ class Server:
             log.info("Started Metrics Service at %s:%d", s.metrics_address, self.metrics_port)
         if s.model_control_mode == "poll":
             self._poll_task = asyncio.get_running_loop().create_task(self._poll_loop())
+        gc_freeze.settle()
 
     async def _load_startup_models(self) -> None:
         s = self.settings
@@ -124,7 +125,8 @@ class Server:
         while True:
             await asyncio.sleep(self.settings.repository_poll_secs)
             try:
-                await self.manager.poll()
+                if await self.manager.poll():
+                    gc_freeze.settle()
             except Exception:  # noqa: BLE001 - polling goes on after a failed pass
                 log.exception("repository poll failed")
 

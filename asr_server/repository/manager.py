@@ -359,8 +359,9 @@ class ModelManager:
         except ServerError:
             return False
 
-    async def poll(self) -> None:
-        """Poll mode: load new models, reload changed ones, unload removed ones."""
+    async def poll(self) -> bool:
+        """Poll mode: load new models, reload changed ones, unload removed ones. True if it did any."""
+        changed = False
         present = set(self.repository_names())
         for name in sorted(present):
             entry = self.models.get(name)
@@ -372,13 +373,16 @@ class ModelManager:
             steps_arrived = entry is not None and not entry.versions and any(
                 self.find_model_dir(step) is not None for step in entry.missing_steps)
             if entry is None or entry.fingerprint != fingerprint or steps_arrived:
+                changed = True
                 try:
                     await self.load(name)
                 except ServerError:
                     self.models[name].fingerprint = fingerprint  # do not retry a broken model every poll
         for name in sorted(set(self.models) - present):
             if self.models[name].versions:
+                changed = True
                 await self.unload(name)
+        return changed
 
     async def shutdown(self) -> None:
         for name in list(self.models):

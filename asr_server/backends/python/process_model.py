@@ -113,6 +113,7 @@ def _serve(connection, path: str, model_name: str, model_version: int, args: dic
     stop or the pipe closes (the server went away)."""
     import asyncio
 
+    from asr_server import gc_freeze
     from asr_server.backends.python.api.routes import use_route
     from asr_server.backends.python.importer import import_model_module, instance_api, model_class
 
@@ -126,6 +127,7 @@ def _serve(connection, path: str, model_name: str, model_version: int, args: dic
                 model.initialize(args)
         if asyncio.iscoroutinefunction(getattr(model, "execute", None)):
             raise TypeError(f"an `async def execute` model cannot run in its own process ({PARAMETER})")
+        gc_freeze.settle()  # as the server does after a load: the collector leaves the loaded model alone
         connection.send(("ready", None))
     except BaseException as exc:  # noqa: BLE001 - reported to the server, which fails the load
         connection.send(("failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
