@@ -28,10 +28,17 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout_rate)
 
     def forward(self, tgt, tgt_mask, memory, memory_mask):
-        """tgt (B, L, d), tgt_mask (B, L, L), memory (B, T, d), memory_mask (B, 1, T) -> (B, L, d)."""
+        """tgt (B*N, L, d), tgt_mask (B*N, L, L), memory (B, T, d), memory_mask (B, 1, T) -> (B*N, L, d).
+
+        N > 1 (N hypotheses of each utterance, grouped by utterance): each utterance's N*L queries attend to
+        its memory once, so the keys and values of the memory are projected once per utterance instead of N
+        times (rescoring: N = beam); the same attention as repeating the memory N times."""
         t = self.norm1(tgt)
         x = tgt + self.dropout(self.self_attn(t, t, t, tgt_mask))
-        x = x + self.dropout(self.src_attn(self.norm2(x), memory, memory, memory_mask))
+        q = self.norm2(x)
+        if memory.size(0) != tgt.size(0):
+            q = q.reshape(memory.size(0), -1, q.size(2))                  # (B, N*L, d)
+        x = x + self.dropout(self.src_attn(q, memory, memory, memory_mask).reshape(x.shape))
         return x + self.dropout(self.feed_forward(self.norm3(x)))
 
 
@@ -55,7 +62,8 @@ class TransformerDecoder(nn.Module):
     def forward(self, memory: torch.Tensor, memory_mask: torch.Tensor, ys_in_pad: torch.Tensor,
                 ys_in_lens: torch.Tensor) -> torch.Tensor:
         """memory (B, T, d), memory_mask (B, 1, T) bool, ys_in_pad (B, L) int64 ([sos] + tokens, padded),
-        ys_in_lens (B,) -> logits (B, L, vocab)."""
+        ys_in_lens (B,) -> logits (B, L, vocab). ys_in_pad may also hold N rows per utterance ((B*N, L), row r
+        of utterance r // N; see DecoderLayer)."""
         L = ys_in_pad.size(1)
         tgt_mask = (~make_pad_mask(ys_in_lens, L)).unsqueeze(1) & subsequent_mask(L, ys_in_pad.device).unsqueeze(0)
         x, _ = self.embed[1](self.embed[0](ys_in_pad))

@@ -223,9 +223,9 @@ class U2Model(nn.Module):
         """
         b, n, l2 = hyps_pad_sos_eos.shape
         t = encoder_out.size(1)
-        memory = encoder_out.unsqueeze(1).expand(b, n, t, encoder_out.size(2)).reshape(b * n, t, -1)
+        # Not repeated N times: the decoder layers attend each utterance's N hypotheses to it at once.
+        memory = encoder_out
         mem_mask = (~make_pad_mask(encoder_out_lens.to(torch.int64), t)).unsqueeze(1)          # (B, 1, T)
-        mem_mask = mem_mask.unsqueeze(1).expand(b, n, 1, t).reshape(b * n, 1, t)
         lens = hyps_lens_sos.reshape(b * n).to(torch.int64)
         valid = ~make_pad_mask(lens, l2 - 1)                                                   # (BN, L+1)
 
