@@ -162,6 +162,35 @@ def test_score_hyps_matches_decoder_log_probs(model):
     assert float(both[0, 0]) == pytest.approx(0.7 * manual + 0.3 * r_manual, abs=1e-4)
 
 
+def test_score_hyps_of_several_utterances_match_one_at_a_time_and_project_the_memory_once(model):
+    """Hypotheses are grouped by utterance for the source attention: the scores equal those of each utterance
+    scored alone, and the encoder output's keys are projected per utterance (B rows), not per hypothesis."""
+    torch.manual_seed(6)
+    sos = eos = VOCAB - 1
+    enc = torch.randn(2, 12, 32)
+    enc_lens = torch.tensor([12, 7])
+    hyps = torch.tensor([[[sos, 3, 7, eos], [sos, 5, eos, eos], [sos, 4, 4, eos]],
+                         [[sos, 6, eos, eos], [sos, 2, 8, eos], [sos, 9, eos, eos]]])
+    lens = torch.tensor([[3, 2, 3], [2, 3, 2]])
+    r_hyps = torch.tensor([[[sos, 7, 3, eos], [sos, 5, eos, eos], [sos, 4, 4, eos]],
+                           [[sos, 6, eos, eos], [sos, 8, 2, eos], [sos, 9, eos, eos]]])
+    seen = []
+    hook = model.decoder.left_decoder.decoders[0].src_attn.linear_k.register_forward_hook(
+        lambda module, args, out: seen.append(args[0].shape[0]))
+    try:
+        with torch.no_grad():
+            left, right = model.score_hyps_both(enc, enc_lens, hyps, lens, r_hyps)
+    finally:
+        hook.remove()
+    assert seen == [2]
+    with torch.no_grad():
+        for b in range(2):
+            one_left, one_right = model.score_hyps_both(enc[b:b + 1, :int(enc_lens[b])], enc_lens[b:b + 1],
+                                                        hyps[b:b + 1], lens[b:b + 1], r_hyps[b:b + 1])
+            assert torch.allclose(left[b], one_left[0], atol=1e-5)
+            assert torch.allclose(right[b], one_right[0], atol=1e-5)
+
+
 def _short_table(model, rows: int):
     """The same model with only `rows` rows of positional table (as if max_len were `rows`)."""
     import copy
