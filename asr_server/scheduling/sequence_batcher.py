@@ -193,7 +193,7 @@ class SequenceBatcher(Scheduler):
         batch = []
         self._forming = []  # every request taken off a queue, so that a failure here fails them all
         for sequence in heads:
-            pending = sequence.queue.popleft()
+            pending = self.table.take(sequence)
             self._forming.append(pending)
             if pending.request.cancelled():
                 self.pool.stats.record_request(False, total_ns=0, reason="CANCELED")

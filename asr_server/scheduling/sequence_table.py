@@ -47,6 +47,12 @@ class SequenceTable:
         self.instances = list(instances)
         self.live: dict[SequenceId, Sequence] = {}
         self._assigned = 0  # sequences assigned to instances so far (round robin)
+        # What a scheduling step reads, kept up to date as sequences change, so that a step costs what is
+        # queued, not what is live (a step per arriving chunk over every live stream grew as streams^2):
+        # the sequences that may have a runnable request (each is checked when read), and a lower bound on
+        # the latest-request time of every waiting sequence (no waiting one can be idle before it + idle_s).
+        self._maybe_ready: dict[SequenceId, Sequence] = {}
+        self._oldest_waiting_seen = math.inf
 
     def __len__(self) -> int:
         return len(self.live)
@@ -82,7 +88,20 @@ class SequenceTable:
         if control.end:
             sequence.ended = True
         sequence.last_seen = now
+        self._maybe_ready[sequence.id] = sequence  # the caller queues the request on it
         return sequence
+
+    def take(self, sequence: Sequence) -> Pending:
+        """Take the next request of a runnable sequence (the caller marks the sequence running, unless the
+        request fails before it runs)."""
+        pending = sequence.queue.popleft()
+        self._touched(sequence)
+        return pending
+
+    def _touched(self, sequence: Sequence) -> None:
+        """`sequence`'s queue or running flag changed: it may have become runnable, or waiting."""
+        self._maybe_ready[sequence.id] = sequence
+        self._oldest_waiting_seen = min(self._oldest_waiting_seen, sequence.last_seen)
 
     def _next_instance(self) -> Instance:
         self._assigned += 1
@@ -98,12 +117,18 @@ class SequenceTable:
         if sequence.ended and not sequence.queue:
             del self.live[sequence_id]
             return True
+        self._touched(sequence)
         return False
 
     def heads_by_instance(self) -> dict[Instance, list[Sequence]]:
         """The sequences whose next request can run now, per instance, oldest request first; instances in the
         order of their oldest request."""
-        heads = [s for s in self.live.values() if s.queue and not s.running]
+        heads = []
+        for sequence_id, sequence in list(self._maybe_ready.items()):
+            if sequence.queue and not sequence.running and self.live.get(sequence_id) is sequence:
+                heads.append(sequence)
+            else:  # running, empty or gone: it is touched again when that changes
+                del self._maybe_ready[sequence_id]
         heads.sort(key=lambda s: s.queue[0].enqueued_ns)
         groups: dict[Instance, list[Sequence]] = {}
         for sequence in heads:
@@ -117,20 +142,26 @@ class SequenceTable:
     def evict_idle(self, now: float, idle_s: float) -> bool:
         """Free the sequences that have waited more than `idle_s` since their latest request; returns whether
         any was freed."""
+        if now - self._oldest_waiting_seen <= idle_s:
+            return False  # none can be idle yet: no sweep
         idle = [s.id for s in self.live.values() if s.waiting and now - s.last_seen > idle_s]
         for sequence_id in idle:
             del self.live[sequence_id]
+        self._oldest_waiting_seen = min((s.last_seen for s in self.live.values() if s.waiting), default=math.inf)
         return bool(idle)
 
     def next_idle_deadline(self, idle_s: float) -> float:
-        """When `evict_idle` would next free a sequence (inf: none is waiting)."""
-        times = [s.last_seen + idle_s for s in self.live.values() if s.waiting]
-        return min(times) + IDLE_MARGIN_S if times else math.inf
+        """When `evict_idle` may next free a sequence (inf: none is waiting); it may free none then (a
+        sequence seen since), and look again."""
+        return self._oldest_waiting_seen + idle_s + IDLE_MARGIN_S
 
     def pop(self, sequence_id: SequenceId) -> Optional[Sequence]:
+        self._maybe_ready.pop(sequence_id, None)
         return self.live.pop(sequence_id, None)
 
     def clear(self) -> list[Sequence]:
         sequences = list(self.live.values())
         self.live.clear()
+        self._maybe_ready.clear()
+        self._oldest_waiting_seen = math.inf
         return sequences
