@@ -113,7 +113,9 @@ def write(repo: Path, name: str, text: str, files: dict[str, Path] = {}, assets:
 def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: int, right_context: int,
           subsampling: int, max_batch: int, search: str = "prefix_beam", rescoring: bool = True,
           hotwords: Path | None = None, endpoint: bool = False, timestamp_shift_ms: str = "",
-          inline_graphs: bool = True) -> None:
+          inline_graphs: bool = True, instance_process: bool = False) -> None:
+    if instance_process and not inline_graphs:
+        raise ValueError("--instance-process needs the inline graphs: a model in its own process cannot call BLS")
     enc = graph_io(onnx_dir / "encoder.onnx")
     senc = graph_io(onnx_dir / "streaming_encoder.onnx")
     dec = graph_io(onnx_dir / "decoder.onnx")
@@ -274,6 +276,8 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
         wenet_params["encoder_onnx"] = "../streaming_encoder/1/streaming_encoder.onnx"
         if rescoring:
             wenet_params["decoder_onnx"] = "../decoder/1/decoder.onnx"
+    if instance_process:  # each scorer instance in a process of its own (backends/python/process_model.py)
+        wenet_params["instance_process"] = 1
     def write_scorer(name: str, values: dict, inputs: list[str], text_output: str) -> None:
         """A streaming scorer: a sequence-batched python model answering a scalar transcript and DETAILS."""
         write(repo, name, f"""
@@ -370,7 +374,12 @@ def main() -> int:
     p.add_argument("--streaming-bls", dest="inline_graphs", action="store_false",
                    help="the streaming scorer (wenet) calls the streaming_encoder and decoder models through BLS "
                         "instead of running their ONNX graphs itself (the default, cheaper on CPU: bench.stream_cpu)")
+    p.add_argument("--instance-process", action="store_true",
+                   help="run each instance of the streaming scorers in a process of its own (its own interpreter "
+                        "lock: lower tail latency near the CPU limit, bench/vs_sherpa.py; more memory per instance)")
     args = p.parse_args()
+    if args.instance_process and not args.inline_graphs:
+        p.error("--instance-process cannot go with --streaming-bls (a model in its own process cannot call BLS)")
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
     rate, context = model_subsampling(args.model_dir)
     args.subsampling = rate if args.subsampling is None else args.subsampling
@@ -389,7 +398,7 @@ def main() -> int:
             os.symlink(path.resolve(), Path(staging) / f"{name}.onnx")
         build(args.model_dir, Path(staging), args.out, args.beam, args.chunk_size, args.right_context,
               args.subsampling, args.max_batch, args.search, args.rescoring, args.hotwords, args.endpoint,
-              args.timestamp_shift_ms, args.inline_graphs)
+              args.timestamp_shift_ms, args.inline_graphs, args.instance_process)
     if args.encoder_backend == "openvino":
         from asr_server.openvino_repo import switch_to_openvino
 

@@ -32,11 +32,11 @@ pytestmark = pytest.mark.skipif(not (MODEL_DIR / "onnx" / "encoder.onnx").exists
                                 reason="the bundled model's graphs are not exported: run bash scripts/build_demo_repo.sh")
 
 
-def build(out: Path) -> subprocess.CompletedProcess:
+def build(out: Path, *flags: str) -> subprocess.CompletedProcess:
     """The script as a user runs it, from another working directory."""
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "build_model_repo.py"), "--model-dir",
-                           str(MODEL_DIR), "--out", str(out)], cwd=out.parent, capture_output=True, text=True,
-                          timeout=120)
+                           str(MODEL_DIR), "--out", str(out), *flags], cwd=out.parent, capture_output=True,
+                          text=True, timeout=120)
 
 
 def reference() -> tuple:
@@ -94,6 +94,31 @@ async def test_built_repository_serves_both_pipelines_where_built_moved_and_copi
     shutil.copytree(moved, copied)
     shutil.rmtree(moved)  # nothing may refer to the folder it was copied from
     assert await transcripts(running, copied) == (text, text)
+
+
+def child_pids() -> set[int]:
+    """This process's live child processes (Linux /proc)."""
+    return {int(pid) for task in Path("/proc/self/task").iterdir()
+            for pid in (task / "children").read_text().split()}
+
+
+async def test_instance_process_runs_each_streaming_scorer_instance_in_its_own_process(tmp_path, running):
+    built = tmp_path / "built"
+    run = build(built, "--instance-process")
+    assert run.returncode == 0, run.stderr
+    for name in ("wenet", "streaming_wenet"):
+        assert re.search(r'key: "instance_process" value: \{ string_value: "1" \}',
+                         (built / name / "config.pbtxt").read_text()), name
+    samples, text = reference()
+    before = child_pids()
+    async with running(built, allow_http=False) as server:
+        # two instances of each of the two scorers, each in a process of its own
+        assert len(child_pids() - before) == 4
+        async with StreamingClient(f"127.0.0.1:{server.grpc_port}", StreamOptions(chunk_ms=640)) as streaming:
+            assert (await streaming.transcribe(samples)).text == text
+    assert not child_pids() - before  # they ended with the server
+    refused = build(tmp_path / "bls", "--instance-process", "--streaming-bls")
+    assert refused.returncode != 0 and "cannot go with --streaming-bls" in refused.stderr
 
 
 @pytest.mark.parametrize("fixture, geometry", [("u2pp_conformer_bpe", (4, 6)), ("u2pp_conformer_conv2d6_v2", (6, 10)),
