@@ -12,8 +12,7 @@ The two servers are measured in alternating blocks of 100 requests, so backgroun
 from __future__ import annotations
 
 import argparse
-import asyncio
-import multiprocessing as mp
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._server import serve_repository
+from bench._server import serve_echo, serve_repository, server_process
 
 CONFIG = """
 name: "identity"
@@ -33,29 +32,6 @@ max_batch_size: 8
 input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] } ]
 output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] } ]
 """
-
-
-def run_echo_server(port_queue) -> None:
-    import grpc
-    from tritonclient.grpc import service_pb2 as pb
-    from tritonclient.grpc import service_pb2_grpc
-
-    class Echo(service_pb2_grpc.GRPCInferenceServiceServicer):
-        async def ModelInfer(self, request, context):
-            response = pb.ModelInferResponse(model_name=request.model_name, model_version="1", id=request.id)
-            for tensor in request.inputs:
-                response.outputs.add(name="OUTPUT0", datatype=tensor.datatype, shape=tensor.shape)
-            response.raw_output_contents.extend(request.raw_input_contents)
-            return response
-
-    async def main():
-        server = grpc.aio.server()
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), server)
-        port_queue.put(server.add_insecure_port("127.0.0.1:0"))
-        await server.start()
-        await server.wait_for_termination()
-
-    asyncio.run(main())
 
 
 def make_client(port: int):
@@ -102,16 +78,13 @@ def main() -> int:
         (repo / "identity").mkdir()
         (repo / "identity" / "config.pbtxt").write_text(CONFIG)
         identity_model(repo / "identity" / "1" / "model.onnx", shape=["batch", 16])
-        ctx = mp.get_context("spawn")
-        servers = {"raw grpcio echo": (run_echo_server, ()), "asr_server": (serve_repository, (str(repo),))}
-        procs, clients = [], {}
-        try:
+        servers = {"raw grpcio echo": (serve_echo, ()), "asr_server": (serve_repository, (str(repo),))}
+        clients = {}
+        with contextlib.ExitStack() as running:
             for label, (target, extra) in servers.items():
-                ports = ctx.Queue()
-                proc = ctx.Process(target=target, args=(*extra, ports), daemon=True)
-                proc.start()
-                procs.append(proc)
-                clients[label] = make_client(ports.get(timeout=60))
+                _, port = running.enter_context(server_process(target, *extra, timeout_s=60))
+                clients[label] = make_client(port)
+                running.callback(clients[label][0].close)
             # Alternate short blocks so that both servers see the same background load.
             samples = {label: ([], 0.0) for label in clients}
             block = 100
@@ -120,12 +93,6 @@ def main() -> int:
                     latencies, elapsed = timed_block(client, inp, block)
                     samples[label] = (samples[label][0] + latencies, samples[label][1] + elapsed)
             results = {label: summarise(*sample) for label, sample in samples.items()}
-        finally:
-            for client, _ in clients.values():
-                client.close()
-            for proc in procs:
-                proc.terminate()
-                proc.join(10)
     print(f"ModelInfer round trip, FP32 [1,16], concurrency 1, {args.requests} requests, 127.0.0.1")
     print(f"{'server':<18} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8}")
     for label, r in results.items():

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import multiprocessing as mp
 import os
 import shutil
 import signal
@@ -25,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._server import serve_repository
+from bench._server import serve_repository, server_process
 from bench.vs_sherpa import cpu_seconds, load_data, ours_paced
 
 
@@ -95,51 +94,48 @@ def main() -> int:
                         help="sample only the thread holding the GIL: the Python work that bounds throughput")
     args = parser.parse_args()
     items = load_data(args.data)
-    ctx = mp.get_context("spawn")
-    ports = ctx.Queue()
-    proc = ctx.Process(target=serve_repository, args=(str(args.repo), ports), daemon=True)
-    proc.start()
-    spy = None
-    try:
-        url = f"127.0.0.1:{ports.get(timeout=120)}"
-        asyncio.run(ours_paced(url, items, 2, args.chunk_ms, 2.0))  # warm-up (sessions, allocators)
-        if args.profile:
-            exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-            spy = subprocess.Popen([exe, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "200",
-                                    "--output", str(args.profile), "--nonblocking"] + (["--gil"] if args.gil else []),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            time.sleep(1.0)
-        stats0 = batch_stats(url)
-        threads0 = thread_cpu(proc.pid)
-        cpu0, client0, wall = cpu_seconds(proc.pid), cpu_seconds(None), time.monotonic()
-        sys0 = sys_seconds(proc.pid)
-        r = asyncio.run(ours_paced(url, items, args.streams, args.chunk_ms, args.seconds))
-        cpu, wall = cpu_seconds(proc.pid) - cpu0, time.monotonic() - wall
-        client_cpu = cpu_seconds(None) - client0  # the load generator shares the machine's cores
-        kernel = sys_seconds(proc.pid) - sys0
-        print(f"{args.streams} paced streams, {r['audio_s']:.0f} s of audio in {wall:.1f} s: server "
-              f"{cpu:.2f} CPU-s = {cpu / r['audio_s']:.4f} CPU-s per audio-s; final latency p50 "
-              f"{r['final_p50_ms']:.0f} p99 {r['final_p99_ms']:.0f} ms; chunk p99 {r['chunk_p99_ms']:.0f} ms; "
-              f"errors {r['errors']}; load generator {client_cpu / wall:.2f} cores, server {cpu / wall:.2f} cores "
-              f"({100 * kernel / max(cpu, 1e-9):.0f}% of it in the kernel)")
-        stats = batch_stats(url)
-        print("average batch (requests / executions): " + ", ".join(
-            f"{m} {(stats[m][0] - stats0.get(m, (0, 0, 0))[0]) / max(1, stats[m][1] - stats0.get(m, (0, 0, 0))[1]):.1f}"
-            for m in sorted(stats) if stats[m][1] > stats0.get(m, (0, 0, 0))[1]))
-        # An instance busy all the time is the stage every chunk queues for (latency without full CPUs).
-        print("busy fraction of each model's instances (execution time / wall): " + ", ".join(
-            f"{m} {(stats[m][2] - stats0.get(m, (0, 0, 0))[2]) / 1e9 / wall:.2f}"
-            for m in sorted(stats) if stats[m][1] > stats0.get(m, (0, 0, 0))[1]))
-        by_thread = thread_cpu(proc.pid)
-        by_thread.subtract(threads0)
-        print("CPU-s per audio-s by thread: " + ", ".join(
-            f"{name} {sec / r['audio_s']:.4f}" for name, sec in by_thread.most_common() if sec > 0.005))
-    finally:
-        if spy is not None:
-            spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-            spy.wait(30)
-        proc.terminate()
-        proc.join(10)
+    with server_process(serve_repository, str(args.repo)) as (proc, port):
+        spy = None
+        try:
+            url = f"127.0.0.1:{port}"
+            asyncio.run(ours_paced(url, items, 2, args.chunk_ms, 2.0))  # warm-up (sessions, allocators)
+            if args.profile:
+                exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+                spy = subprocess.Popen([exe, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "200",
+                                        "--output", str(args.profile), "--nonblocking"]
+                                       + (["--gil"] if args.gil else []),
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                time.sleep(1.0)
+            stats0 = batch_stats(url)
+            threads0 = thread_cpu(proc.pid)
+            cpu0, client0, wall = cpu_seconds(proc.pid), cpu_seconds(None), time.monotonic()
+            sys0 = sys_seconds(proc.pid)
+            r = asyncio.run(ours_paced(url, items, args.streams, args.chunk_ms, args.seconds))
+            cpu, wall = cpu_seconds(proc.pid) - cpu0, time.monotonic() - wall
+            client_cpu = cpu_seconds(None) - client0  # the load generator shares the machine's cores
+            kernel = sys_seconds(proc.pid) - sys0
+            print(f"{args.streams} paced streams, {r['audio_s']:.0f} s of audio in {wall:.1f} s: server "
+                  f"{cpu:.2f} CPU-s = {cpu / r['audio_s']:.4f} CPU-s per audio-s; final latency p50 "
+                  f"{r['final_p50_ms']:.0f} p99 {r['final_p99_ms']:.0f} ms; chunk p99 {r['chunk_p99_ms']:.0f} ms; "
+                  f"errors {r['errors']}; load generator {client_cpu / wall:.2f} cores, server {cpu / wall:.2f} cores "
+                  f"({100 * kernel / max(cpu, 1e-9):.0f}% of it in the kernel)")
+            stats = batch_stats(url)
+            # (requests, executions, execution ns) of each model that executed during the run
+            ran = {m: [now - before for now, before in zip(stats[m], stats0.get(m, (0, 0, 0)))]
+                   for m in sorted(stats) if stats[m][1] > stats0.get(m, (0, 0, 0))[1]}
+            print("average batch (requests / executions): " + ", ".join(
+                f"{m} {requests / max(1, executions):.1f}" for m, (requests, executions, _) in ran.items()))
+            # An instance busy all the time is the stage every chunk queues for (latency without full CPUs).
+            print("busy fraction of each model's instances (execution time / wall): " + ", ".join(
+                f"{m} {ns / 1e9 / wall:.2f}" for m, (_, _, ns) in ran.items()))
+            by_thread = thread_cpu(proc.pid)
+            by_thread.subtract(threads0)
+            print("CPU-s per audio-s by thread: " + ", ".join(
+                f"{name} {sec / r['audio_s']:.4f}" for name, sec in by_thread.most_common() if sec > 0.005))
+        finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+                spy.wait(30)
     if spy is not None and args.profile.exists():
         print(summarise(args.profile, args.top))
     return 0
