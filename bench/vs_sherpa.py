@@ -19,7 +19,9 @@
    load generator's, how busy the whole machine was (middle half of each trial), and the bare ONNX Runtime
    floor of the same work (streaming encoder windows at batch 1 and batched, one thread; plus decoder.onnx
    rescoring calls; plus the fbank), measured in the same run; from these, the CPU budget per audio-second
-   that issue 14's targets (1.7x greedy, 1.3x rescoring) would leave the server, beside that floor;
+   that issue 14's targets (1.7x greedy, 1.3x rescoring) would leave the server, beside that floor; and at the
+   largest stream count every system sustained, the same floor at that load (bench/paced_floor.py: the bare
+   work paced as those streams send it and batched as each server batches; idle gaps make ORT dearer here);
 5. sherpa-onnx gets its best settings: each of --sherpa-configs (work threads, ORT threads, max batch size)
    runs one probe at --probe-streams and the one with the lowest p99 final latency (then CPU) is searched;
 6. WER of each on all utterances of --wer-data (default --data; unpaced, 640 ms chunks); a plot of p99 final
@@ -469,6 +471,32 @@ def base_name(name: str) -> str:
     return name[:-len(PROC)] if name.endswith(PROC) else name
 
 
+def streaming_batching(repo: Path) -> tuple[float, int]:
+    """(max_queue_delay in seconds, max_batch_size) of a repository's streaming_wenet."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    config = text_format.Parse((repo / "streaming_wenet" / "config.pbtxt").read_text(), mc.ModelConfig())
+    return config.sequence_batching.oldest.max_queue_delay_microseconds / 1e6, config.max_batch_size
+
+
+def floors_at_load(onnx_dir: Path, items, streams: int, seconds: float, best: dict, repos: dict,
+                   sherpa_batch: int) -> dict:
+    """bench.paced_floor's floor of each decoding at ``streams`` paced streams, batched as its server batches:
+    sherpa-onnx whatever streams are ready (delay 0) up to its --max-batch-size; ours by the streaming model's
+    sequence batching. Keys: base_name of each system in ``best``."""
+    from bench.paced_floor import paced_floor
+
+    out = {}
+    for base in dict.fromkeys(base_name(n) for n in best):
+        if base == "sherpa-onnx":
+            delay, batch = 0.0, sherpa_batch
+        else:
+            delay, batch = streaming_batching(repos[base.split()[-1]])
+        out[base] = paced_floor(onnx_dir, items, streams, seconds, delay, batch, rescoring=base == "ours rescore")
+    return out
+
+
 def target_budgets(best: dict, rows: dict, floors: dict, fbank: float) -> dict:
     """Whether a target is within reach on this machine: the server's CPU budget per audio-second when it
     carries ratio x the peer's streams, after the paced clients' own measured CPU, (a) with every core
@@ -627,6 +655,7 @@ def main() -> int:
                 server = SherpaServer(exe, sherpa_dir, meta, *winner, log_dir=work)
                 name = "sherpa-onnx"
                 summary["sherpa_settings"] = server.settings
+                summary["sherpa_batch"] = winner[2]
                 print(f"sherpa-onnx settings chosen: {server.settings}", flush=True)
                 try:
                     wer = asyncio.run(accuracy(SherpaTranscriber(server.port, chunk, False), wer_items))
@@ -648,9 +677,10 @@ def main() -> int:
                 finally:
                     server.stop()
             summary[name] = {"max_streams": best[name], "why": why, "wer": wer}
-    finally:
+    except BaseException:
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
+        raise
 
     print(f"\npaced real-time streams, {args.chunk_ms:.0f} ms chunks, ~{args.seconds:.0f} s of audio per stream "
           f"per trial; sustained = p99 final latency < {P99_BUDGET_MS:.0f} ms; ORT threads {args.threads}")
@@ -670,11 +700,18 @@ def main() -> int:
     if common:
         c = max(x for x in common if all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best)) \
             if any(all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best) for x in common) else common[-1]
-        print(f"server CPU-s per audio-s at S={c} (largest stream count every system ran):")
+        paced = floors_at_load(onnx_dir, items, c, args.seconds, best, repos, summary.get("sherpa_batch", 8))
+        print(f"server CPU-s per audio-s at S={c} (largest stream count every system ran), beside its neural floor "
+              f"in a tight loop and at this load (bench.paced_floor: the same bare work paced as S={c} streams "
+              f"send it, batched as that server batches, one thread):")
         for name in best:
-            cpu = rows[name][c]["cpu_per_audio_s"]
-            print(f"  {name:>15}: {cpu:.4f} = {cpu / floors[name]:.2f}x its neural floor ({floors[name]:.4f})")
+            cpu, at_load = rows[name][c]["cpu_per_audio_s"], paced[base_name(name)]
+            print(f"  {name:>15}: {cpu:.4f} = {cpu / floors[name]:.2f}x its neural floor ({floors[name]:.4f}), "
+                  f"{cpu / at_load['neural']:.2f}x at this load ({at_load['neural']:.4f}, mean batch "
+                  f"{at_load['mean_batch']:.1f}; + fbank {at_load['fbank']:.4f}: "
+                  f"{cpu / (at_load['neural'] + at_load['fbank']):.2f}x)")
         summary["common_streams"] = c
+        summary["floor_at_common_streams"] = paced
     summary["targets"] = target_budgets(best, rows, floors, floor["fbank"])
     summary["rows"] = rows
     if rows and args.plot:
@@ -683,6 +720,8 @@ def main() -> int:
         print(f"plot: {args.plot}")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1, default=str))
+    if args.work_dir is None:
+        shutil.rmtree(work, ignore_errors=True)
     print(f"run took {time.monotonic() - t0:.0f} s")
     return 0
 
