@@ -31,6 +31,9 @@ def server_process(target, *args, timeout_s: float = 120.0) -> Iterator[tuple[mp
     finally:
         proc.terminate()
         proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 def serve_echo(port_queue) -> None:

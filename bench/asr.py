@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing as mp
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._server import serve_repository
+from bench._server import serve_repository, server_process
 from bench.offline_floor import offline_floor
 from bench.vs_sherpa import cpu_seconds
 
@@ -115,12 +114,8 @@ def main() -> int:
         cost = scorer_cost(args.repo, items)
         print("streaming scorer per 640 ms chunk (encoder replayed, batch 1): " + ", ".join(
             f"{name} {ms:.3f} ms ({ms / cost['plain']:.2f}x)" for name, ms in cost.items()))
-    ctx = mp.get_context("spawn")
-    ports = ctx.Queue()
-    proc = ctx.Process(target=serve_repository, args=(str(args.repo), ports), daemon=True)
-    proc.start()
-    try:
-        url = f"127.0.0.1:{ports.get(timeout=120)}"
+    with server_process(serve_repository, str(args.repo)) as (proc, port):
+        url = f"127.0.0.1:{port}"
         asyncio.run(offline(url, items[:1], 1))  # warm-up outside the CPU count
         cpu0 = cpu_seconds(proc.pid)
         off = asyncio.run(offline(url, items * args.offline_repeat, args.concurrency))
@@ -146,9 +141,6 @@ def main() -> int:
         limit = "the next step up exceeded it" if exceeded else f"the most tried; raise --max-streams"
         print(f"sustained: {best} paced real-time streams with p99 chunk latency under {P99_BUDGET_MS:.0f} ms "
               f"({limit})" if best else "no stream count stayed under the latency budget")
-    finally:
-        proc.terminate()
-        proc.join(10)
     return 0
 
 

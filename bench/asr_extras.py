@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import difflib
-import multiprocessing as mp
 import shutil
 import subprocess
 import sys
@@ -37,7 +36,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._server import serve_repository
+from bench._server import serve_repository, server_process
 
 RATE = 16000
 CALIBRATE = False  # --calibrate
@@ -558,15 +557,8 @@ def main() -> int:
         print(f"   {name:40s} {ms:6.3f} ms  ({ms / cost['plain']:.2f}x plain)")
     if args.skip_server:
         return 0
-    ctx = mp.get_context("spawn")
-    ports = ctx.Queue()
-    proc = ctx.Process(target=serve_repository, args=(str(args.repo), ports), daemon=True)
-    proc.start()
-    try:
-        asyncio.run(served(f"127.0.0.1:{ports.get(timeout=120)}", items))
-    finally:
-        proc.terminate()
-        proc.join(10)
+    with server_process(serve_repository, str(args.repo)) as (_, port):
+        asyncio.run(served(f"127.0.0.1:{port}", items))
     return 0
 
 

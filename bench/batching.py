@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._server import serve_repository
+from bench._server import serve_repository, server_process
 
 FEATURES = 256  # input and output width
 MLP_WIDTH = 512  # hidden width
@@ -167,12 +166,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
         write_repo(repo, args.delay_us, args.instances)
-        ctx = mp.get_context("spawn")
-        ports = ctx.Queue()
-        proc = ctx.Process(target=serve_repository, args=(str(repo), ports), daemon=True)
-        proc.start()
-        try:
-            port = ports.get(timeout=60)
+        with server_process(serve_repository, str(repo), timeout_s=60) as (proc, port):
             previous = {"mlp_batched": (0, 0, 0, 0, 0), "mlp_direct": (0, 0, 0, 0, 0)}
             for concurrency in CONCURRENCIES:
                 for model in ("mlp_direct", "mlp_batched"):
@@ -184,9 +178,6 @@ def main() -> int:
                     r["queue_ms"] = (r["queue_ns"] - queue_ns) / done / 1e6
                     r["infer_ms"] = (r["infer_ns"] - infer_ns) / done / 1e6
                     results[(model, concurrency)] = r
-        finally:
-            proc.terminate()
-            proc.join(10)
 
     print(f"ONNX MLP {MLP_LAYERS} x MatMul (width {MLP_WIDTH}), FP32 [1, {FEATURES}] per request, "
           f"{os.cpu_count()} CPUs, client and server on 127.0.0.1, {args.seconds:.0f} s per point")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import shutil
 import sys
 import tempfile
@@ -30,7 +29,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._server import serve_repository
+from bench._server import serve_repository, server_process
 from bench.vs_sherpa import OurTranscriber, _paced_streams, load_data
 
 MODEL_DIR = ROOT / "models" / "demo_en"
@@ -156,12 +155,8 @@ def paced_streams(counts: list[int], seconds: float, work: Path, deadline: float
     torchscript_repository(pipeline, repo, load_model_dir(MODEL_DIR).model.eval().to(device), kind=kind,
                            parameters=parameters)
     items = load_data(ROOT / "tests" / "data" / "demo_utts")
-    context = mp.get_context("spawn")
-    ports = context.Queue()
-    server = context.Process(target=serve_repository, args=(str(repo), ports), daemon=True)
-    server.start()
-    try:
-        url = f"127.0.0.1:{ports.get(timeout=120)}"
+    with server_process(serve_repository, str(repo)) as (_, port):
+        url = f"127.0.0.1:{port}"
         from asr_client.streaming import StreamingClient, StreamOptions
 
         async def trial_for(count: int, audio_s: float) -> dict:
@@ -188,8 +183,6 @@ def paced_streams(counts: list[int], seconds: float, work: Path, deadline: float
             best = count
         return {"sustained_streams": best, "p99_budget_ms": P99_BUDGET_MS, "optimized_execution": optimized,
                 "warmup": warmup, "trials": rows}
-    finally:
-        server.kill()
 
 
 def main() -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import shutil
 import sys
 import tempfile
@@ -152,18 +151,10 @@ async def transcribe_all(port: int, items) -> tuple[list[str], list[str]]:
 
 
 def transcripts(repo: Path, items) -> tuple[list[str], list[str]]:
-    from bench._server import serve_repository
+    from bench._server import serve_repository, server_process
 
-    ctx = mp.get_context("spawn")
-    ports = ctx.Queue()
-    process = ctx.Process(target=serve_repository, args=(str(repo), ports), daemon=True)
-    process.start()
-    try:
-        port = ports.get(timeout=120)
+    with server_process(serve_repository, str(repo)) as (_, port):
         return asyncio.run(transcribe_all(port, items))
-    finally:
-        process.terminate()
-        process.join(10)
 
 
 def table(rows: list[dict]) -> str:

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-import multiprocessing as mp
 import os
 import shutil
 import socket
@@ -48,7 +48,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._server import serve_repository
+from bench._server import serve_repository, server_process
 
 P99_BUDGET_MS = 300.0
 SAMPLE_RATE = 16000
@@ -346,19 +346,13 @@ async def ours_accuracy(url: str, items, chunk_ms: float) -> float | None:
 
 class OurServer:
     def __init__(self, repo: Path):
-        ctx = mp.get_context("spawn")
-        ports = ctx.Queue()
-        self.proc = ctx.Process(target=serve_repository, args=(str(repo), ports), daemon=True)
-        self.proc.start()
-        self.pid = self.proc.pid
-        self.url = f"127.0.0.1:{ports.get(timeout=180)}"
+        self._running = contextlib.ExitStack()
+        proc, port = self._running.enter_context(server_process(serve_repository, str(repo), timeout_s=180))
+        self.pid = proc.pid
+        self.url = f"127.0.0.1:{port}"
 
     def stop(self):
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(10)
-            if self.proc.is_alive():
-                self.proc.kill()
+        self._running.close()
 
 
 class SherpaServer:
