@@ -123,3 +123,24 @@ def test_a_rewritten_repository_goes_back_to_bls():
     assert drop_inline_graphs(config)
     assert set(config.parameters) == {"beam_size"}
     assert not drop_inline_graphs(config)
+
+
+def test_instances_of_a_process_share_a_graphs_session_while_it_is_in_use(tmp_path):
+    import gc
+    import shutil
+    import weakref
+
+    from asr_server.asr.serving.inline_onnx import shared_onnx_session
+
+    graph = tmp_path / "streaming_encoder.onnx"
+    shutil.copy(ONNX_DIR / "streaming_encoder.onnx", graph)
+    first = shared_onnx_session(graph)
+    assert shared_onnx_session(tmp_path / "." / "streaming_encoder.onnx") is first  # same file, one session
+    assert shared_onnx_session(graph, threads=2) is not first  # more threads: a session of its own
+    copy = tmp_path / "copy.onnx"
+    shutil.copy(graph, copy)
+    assert shared_onnx_session(copy) is not first  # another file
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    assert gone() is None  # the last user dropped it: not kept alive by the table

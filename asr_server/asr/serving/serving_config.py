@@ -148,15 +148,17 @@ def decoder_setup(args: Mapping[str, str]) -> DecoderSetup:
 def inline_graphs(args: Mapping[str, str], params: Mapping[str, str], settings: DecodingSettings):
     """(encoder runner, decoder function) run in this process for the parameters ``encoder_onnx`` and
     ``decoder_onnx`` (graph paths, relative to the model's folder; ``inline_threads``: onnxruntime intra-op
-    threads, 1 by default); None for each one that is not set, which then goes to its model through BLS.
+    threads, 1 by default; with one, the instances of a process share each graph's session); None for each
+    one that is not set, which then goes to its model through BLS.
     Without rescoring the decoder is never called, so its graph is not loaded."""
-    from .inline_onnx import InlineDecoder, InlineStreamingEncoder, onnx_session
+    from .inline_onnx import InlineDecoder, InlineStreamingEncoder, shared_onnx_session
 
     threads = int(params.get("inline_threads", 1))
     encoder = decoder = None
     if params.get("encoder_onnx"):
-        encoder = InlineStreamingEncoder(onnx_session(_path(args["model_repository"], params["encoder_onnx"]),
-                                                      threads), settings.idle_seconds)
+        encoder = InlineStreamingEncoder(shared_onnx_session(
+            _path(args["model_repository"], params["encoder_onnx"]), threads), settings.idle_seconds)
     if params.get("decoder_onnx") and settings.rescoring:
-        decoder = InlineDecoder(onnx_session(_path(args["model_repository"], params["decoder_onnx"]), threads))
+        decoder = InlineDecoder(shared_onnx_session(_path(args["model_repository"], params["decoder_onnx"]),
+                                                    threads))
     return encoder, decoder
