@@ -155,7 +155,7 @@ except ImportError:  # pragma: no cover - numba is a dependency; the loops still
 class NumpyFbank:
     """Kaldi's fbank (the algorithm of ``fbank``: DC removal, pre-emphasis 0.97, Povey window, 512-point power
     spectrum, Kaldi's triangular mel banks, natural log) over every frame of every waveform of a call: frames
-    prepared and mel-weighted by compiled loops, one numpy FFT for a whole batch of streams; several times
+    prepared and mel-weighted by compiled loops, numpy FFTs over blocks of frames of the whole batch; several times
     cheaper than kaldi-native-fbank's frame-by-frame loop. It agrees with kaldi-native-fbank to float32
     rounding.
 
