@@ -30,35 +30,32 @@ SAMPLE_RATE = 16000
 WINDOW_S = 0.64  # one streaming encoder window per 640 ms chunk (16 frames after 4x subsampling)
 
 
-def session(path: Path, threads: int = 1):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
 def encoder_feeds(enc, batch: int, rng) -> dict:
     """Inputs for ``batch`` windows from zero caches: the encoder's cost does not depend on the values."""
+    inputs = enc.get_inputs()
+    window = next(i for i in inputs if i.name == "chunk_xs").shape[1]  # feature frames per window
     feeds = {}
-    for i in enc.get_inputs():
+    for i in inputs:
         shape = [batch] + [d if isinstance(d, int) else 1 for d in i.shape[1:]]
         if "int64" in i.type:
             feeds[i.name] = np.zeros(shape, np.int64)
         elif "int32" in i.type:
-            feeds[i.name] = np.full(shape, enc.get_inputs()[0].shape[1], np.int32)
+            feeds[i.name] = np.full(shape, window, np.int32)
         else:
             feeds[i.name] = (rng.normal(size=shape) if i.name == "chunk_xs" else np.zeros(shape)).astype(np.float32)
     return feeds
 
 
-def decoder_feeds(dec, lengths_s, rng, beam: int = 10, hyp: int = 12) -> dict:
-    """One n-best list per utterance (``lengths_s`` seconds each), 12-token hypotheses."""
-    frames = [max(1, int(np.ceil(s / 0.04))) for s in lengths_s]
+def encoder_frames(seconds: float) -> int:
+    """Encoder output frames of ``seconds`` of audio (40 ms each: 10 ms fbank shift, 4x subsampling)."""
+    return max(1, int(np.ceil(seconds / 0.04)))
+
+
+def decoder_feeds(dec, frames, rng, padded: int = 0, beam: int = 10, hyp: int = 12) -> dict:
+    """One n-best list per utterance of ``frames`` encoder frames each (padded to ``padded`` if longer),
+    12-token hypotheses."""
     batch, width = len(frames), dec.get_inputs()[0].shape[-1]
-    feeds = {"encoder_out": rng.normal(size=(batch, max(frames), width)).astype(np.float32),
+    feeds = {"encoder_out": rng.normal(size=(batch, max(max(frames), padded), width)).astype(np.float32),
              "encoder_out_lens": np.array(frames, np.int32),
              "hyps_pad_sos_eos": rng.integers(2, 50, size=(batch, beam, hyp + 2)).astype(np.int64),
              "hyps_lens_sos": np.full((batch, beam), hyp + 1, np.int32),
@@ -91,7 +88,7 @@ def gap_table(enc, batches=(1, 4, 16), gaps_ms=(0, 5, 30), calls: int = 256) -> 
 class Chunk:
     arrival: float
     stream: int
-    samples: np.ndarray = None  # type: ignore[assignment]
+    samples: np.ndarray
     utterance_s: float = 0.0  # > 0 on an utterance's last chunk: its length, for the rescoring call
 
 
@@ -133,17 +130,20 @@ def paced_floor(onnx_dir: Path, items, streams: int, seconds: float, delay_s: fl
     """CPU-s per audio-s of the bare work of ``streams`` paced streams (module docstring), by part, and the
     mean batch. Runs in real time: about ``seconds`` plus one chunk."""
     from asr_server.asr.features.fbank import FbankConfig, batch_fbank_computer
+    from asr_server.asr.serving.inline_onnx import onnx_session
 
     rng = np.random.default_rng(0)
-    enc = session(onnx_dir / "streaming_encoder.onnx", threads)
-    dec = session(onnx_dir / "decoder.onnx", threads) if rescoring else None
-    fbank = batch_fbank_computer("numpy", FbankConfig())
+    enc = onnx_session(onnx_dir / "streaming_encoder.onnx", threads)  # as the server's scorers make them
+    dec = onnx_session(onnx_dir / "decoder.onnx", threads) if rescoring else None
+    config = FbankConfig()
+    fbank = batch_fbank_computer("numpy", config)
     feeds_by_batch: dict[int, dict] = {}
     chunks = paced_chunks(items, streams, seconds)
     enc.run(None, encoder_feeds(enc, 1, rng))  # load-time work out of the figures
     spent = {"fbank": 0.0, "encoder": 0.0, "decoder": 0.0}
     audio = rounds = 0
-    overlap = np.zeros(400 - 160, np.float32)  # the 15 ms of the previous chunk a streaming fbank keeps
+    # the samples of the previous chunk a streaming fbank keeps (a window less a shift: 15 ms)
+    overlap = np.zeros(config.window_samples - config.shift_samples, np.float32)
     t0, i = time.monotonic(), 0
     while i < len(chunks):
         now = time.monotonic() - t0
@@ -164,7 +164,7 @@ def paced_floor(onnx_dir: Path, items, streams: int, seconds: float, delay_s: fl
         spent["encoder"] += done - mid
         ended = [c.utterance_s for c in batch if c.utterance_s]
         if dec is not None and ended:
-            feeds = decoder_feeds(dec, ended, rng)
+            feeds = decoder_feeds(dec, [encoder_frames(s) for s in ended], rng)
             start = time.thread_time()
             dec.run(None, feeds)
             spent["decoder"] += time.thread_time() - start
@@ -177,6 +177,7 @@ def paced_floor(onnx_dir: Path, items, streams: int, seconds: float, delay_s: fl
 
 
 def main() -> int:
+    from asr_server.asr.serving.inline_onnx import onnx_session
     from bench.vs_sherpa import load_data
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -187,7 +188,7 @@ def main() -> int:
     parser.add_argument("--delay-ms", type=float, default=20.0)
     args = parser.parse_args()
     items = load_data(args.data)
-    enc = session(args.onnx_dir / "streaming_encoder.onnx")
+    enc = onnx_session(args.onnx_dir / "streaming_encoder.onnx")
     table = gap_table(enc)
     print("bare streaming encoder, one thread, CPU-s per audio-s, by batch and idle gap before each call:")
     for batch in sorted({b for b, _ in table}):

@@ -189,36 +189,21 @@ def neural_floor(onnx_dir: Path, items, threads: int, beam: int = 10) -> dict:
             fn()
         return (cpu_seconds() - start) / repeat
 
+    from bench.paced_floor import decoder_feeds, encoder_feeds, encoder_frames
+
     rng = np.random.default_rng(0)
     enc = session("streaming_encoder.onnx")
-    shapes = {i.name: [d if isinstance(d, int) else 1 for d in i.shape] for i in enc.get_inputs()}
-    types = {i.name: i.type for i in enc.get_inputs()}
     window_s = 0.64
     out = {}
     for batch in (1, 32):
-        feeds = {}
-        for name, shape in shapes.items():
-            shape = [batch] + shape[1:]
-            if "int64" in types[name]:
-                feeds[name] = np.zeros(shape, np.int64)
-            elif "int32" in types[name]:
-                feeds[name] = np.full(shape, shapes["chunk_xs"][1], np.int32)
-            else:
-                feeds[name] = (rng.normal(size=shape) if name == "chunk_xs" else np.zeros(shape)).astype(np.float32)
+        feeds = encoder_feeds(enc, batch, rng)
         per_call = timed(lambda: enc.run(None, feeds), max(4, 128 // batch))
         out[f"encoder_b{batch}"] = per_call / (batch * window_s)
     dec = session("decoder.onnx")
-    names = [i.name for i in dec.get_inputs()]
     audio = np.array([s.size / SAMPLE_RATE for _, s, _ in items])
-    frames = int(np.ceil(audio.max() / 0.04))
-    batch, hyp = 8, 12
-    feeds = {"encoder_out": rng.normal(size=(batch, frames, dec.get_inputs()[0].shape[-1])).astype(np.float32),
-             "encoder_out_lens": np.full((batch,), int(audio.mean() / 0.04), np.int32),
-             "hyps_pad_sos_eos": rng.integers(2, 50, size=(batch, beam, hyp + 2)).astype(np.int64),
-             "hyps_lens_sos": np.full((batch, beam), hyp + 1, np.int32),
-             "r_hyps_pad_sos_eos": rng.integers(2, 50, size=(batch, beam, hyp + 2)).astype(np.int64),
-             "ctc_score": rng.normal(size=(batch, beam)).astype(np.float32)}
-    feeds = {k: v for k, v in feeds.items() if k in names}
+    batch = 8  # utterances of the mean length, padded to the longest
+    feeds = decoder_feeds(dec, [int(audio.mean() / 0.04)] * batch, rng, padded=encoder_frames(audio.max()),
+                          beam=beam)
     out["decoder"] = timed(lambda: dec.run(None, feeds), 8) / (batch * audio.mean())
     # Features are work every server does too: the fastest fbank here (ours, numpy, 32 chunks a call).
     from asr_server.asr.features.fbank import FbankConfig, batch_fbank_computer
