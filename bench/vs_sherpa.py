@@ -554,6 +554,49 @@ def in_private_netns(argv: list[str]) -> str | None:
     return "exec failed"
 
 
+def report(args, summary: dict, best: dict, rows: dict, onnx_dir: Path, items, repos: dict) -> None:
+    """Print the searches' outcome (sustained streams, ratios, CPU beside the floors at the common stream count,
+    what the targets need) and write the plot and the JSON summary."""
+    print(f"\npaced real-time streams, {args.chunk_ms:.0f} ms chunks, ~{args.seconds:.0f} s of audio per stream "
+          f"per trial; sustained = p99 final latency < {P99_BUDGET_MS:.0f} ms; ORT threads {args.threads}")
+    for name in best:
+        s = summary[name]
+        print(f"{name:>15}: {s['max_streams']:4d} streams ({s['why']}); WER {100 * s['wer']:.1f}%")
+    peer = best.get("sherpa-onnx")
+    floor = summary["floor"]
+    floors = {"ours greedy": floor["encoder_b32"], "ours rescore": floor["encoder_b32"] + floor["decoder"],
+              "sherpa-onnx": floor["encoder_b1"]}
+    floors.update({name: floors[base_name(name)] for name in best})
+    for name in best:
+        if name != "sherpa-onnx" and peer:
+            print(f"{name} / sherpa-onnx sustained streams: {best[name] / peer:.2f}x")
+    common = sorted(set.intersection(*(set(c for c, r in rows[n].items() if r["errors"] == 0)
+                                       for n in best))) if best else []
+    if common:
+        c = max(x for x in common if all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best)) \
+            if any(all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best) for x in common) else common[-1]
+        paced = floors_at_load(onnx_dir, items, c, args.seconds, best, repos, summary.get("sherpa_batch", 8))
+        print(f"server CPU-s per audio-s at S={c} (largest stream count every system ran), beside its neural floor "
+              f"in a tight loop and at this load (bench.paced_floor: the same bare work paced as S={c} streams "
+              f"send it, batched as that server batches, one thread):")
+        for name in best:
+            cpu, at_load = rows[name][c]["cpu_per_audio_s"], paced[base_name(name)]
+            print(f"  {name:>15}: {cpu:.4f} = {cpu / floors[name]:.2f}x its neural floor ({floors[name]:.4f}), "
+                  f"{cpu / at_load['neural']:.2f}x at this load ({at_load['neural']:.4f}, mean batch "
+                  f"{at_load['mean_batch']:.1f}; + fbank {at_load['fbank']:.4f}: "
+                  f"{cpu / (at_load['neural'] + at_load['fbank']):.2f}x)")
+        summary["common_streams"] = c
+        summary["floor_at_common_streams"] = paced
+    summary["targets"] = target_budgets(best, rows, floors, floor["fbank"])
+    summary["rows"] = rows
+    if rows and args.plot:
+        plot(rows, best, args.plot, f"{args.model_dir.name}, demo utterances, 640 ms chunks paced at real time, "
+                                    f"{os.cpu_count()}-core machine; sherpa-onnx {summary.get('sherpa_settings', '')}")
+        print(f"plot: {args.plot}")
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1, default=str))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", type=Path, required=True, help="WeNet-style model folder")
@@ -656,51 +699,10 @@ def main() -> int:
                 finally:
                     server.stop()
             summary[name] = {"max_streams": best[name], "why": why, "wer": wer}
-    except BaseException:
+        report(args, summary, best, rows, onnx_dir, items, repos)  # runs bare ORT on the graphs: before cleanup
+    finally:
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
-        raise
-
-    print(f"\npaced real-time streams, {args.chunk_ms:.0f} ms chunks, ~{args.seconds:.0f} s of audio per stream "
-          f"per trial; sustained = p99 final latency < {P99_BUDGET_MS:.0f} ms; ORT threads {args.threads}")
-    for name in best:
-        s = summary[name]
-        print(f"{name:>15}: {s['max_streams']:4d} streams ({s['why']}); WER {100 * s['wer']:.1f}%")
-    peer = best.get("sherpa-onnx")
-    floor = summary["floor"]
-    floors = {"ours greedy": floor["encoder_b32"], "ours rescore": floor["encoder_b32"] + floor["decoder"],
-              "sherpa-onnx": floor["encoder_b1"]}
-    floors.update({name: floors[base_name(name)] for name in best})
-    for name in best:
-        if name != "sherpa-onnx" and peer:
-            print(f"{name} / sherpa-onnx sustained streams: {best[name] / peer:.2f}x")
-    common = sorted(set.intersection(*(set(c for c, r in rows[n].items() if r["errors"] == 0)
-                                       for n in best))) if best else []
-    if common:
-        c = max(x for x in common if all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best)) \
-            if any(all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best) for x in common) else common[-1]
-        paced = floors_at_load(onnx_dir, items, c, args.seconds, best, repos, summary.get("sherpa_batch", 8))
-        print(f"server CPU-s per audio-s at S={c} (largest stream count every system ran), beside its neural floor "
-              f"in a tight loop and at this load (bench.paced_floor: the same bare work paced as S={c} streams "
-              f"send it, batched as that server batches, one thread):")
-        for name in best:
-            cpu, at_load = rows[name][c]["cpu_per_audio_s"], paced[base_name(name)]
-            print(f"  {name:>15}: {cpu:.4f} = {cpu / floors[name]:.2f}x its neural floor ({floors[name]:.4f}), "
-                  f"{cpu / at_load['neural']:.2f}x at this load ({at_load['neural']:.4f}, mean batch "
-                  f"{at_load['mean_batch']:.1f}; + fbank {at_load['fbank']:.4f}: "
-                  f"{cpu / (at_load['neural'] + at_load['fbank']):.2f}x)")
-        summary["common_streams"] = c
-        summary["floor_at_common_streams"] = paced
-    summary["targets"] = target_budgets(best, rows, floors, floor["fbank"])
-    summary["rows"] = rows
-    if rows and args.plot:
-        plot(rows, best, args.plot, f"{args.model_dir.name}, demo utterances, 640 ms chunks paced at real time, "
-                                    f"{os.cpu_count()}-core machine; sherpa-onnx {summary.get('sherpa_settings', '')}")
-        print(f"plot: {args.plot}")
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=1, default=str))
-    if args.work_dir is None:
-        shutil.rmtree(work, ignore_errors=True)
     print(f"run took {time.monotonic() - t0:.0f} s")
     return 0
 
