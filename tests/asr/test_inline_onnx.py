@@ -120,9 +120,24 @@ def test_a_rewritten_repository_goes_back_to_bls():
     config.parameters["encoder_onnx"].string_value = "../streaming_encoder/1/streaming_encoder.onnx"
     config.parameters["decoder_onnx"].string_value = "../decoder/1/decoder.onnx"
     config.parameters["beam_size"].string_value = "10"
+    config.parameters["instance_process"].string_value = "1"  # BLS needs the server's process
     assert drop_inline_graphs(config)
     assert set(config.parameters) == {"beam_size"}
     assert not drop_inline_graphs(config)
+
+
+def test_the_dropped_parameter_is_the_one_the_python_backend_reads():
+    from asr_server.asr.serving.inline_onnx import PROCESS_PARAMETER
+    from asr_server.backends.python.process_model import PARAMETER
+
+    assert PROCESS_PARAMETER == PARAMETER
+
+
+def test_a_model_without_inline_graphs_keeps_its_instance_processes():
+    config = mc.ModelConfig(name="feature_extractor")
+    config.parameters["instance_process"].string_value = "1"
+    assert not drop_inline_graphs(config)
+    assert set(config.parameters) == {"instance_process"}
 
 
 def test_instances_of_a_process_share_a_graphs_session_while_it_is_in_use(tmp_path):

@@ -27,14 +27,20 @@ STATE_OUTPUTS = {"offset": "r_offset", "att_cache": "r_att_cache", "cnn_cache": 
 ENCODER_OUTPUTS = ("log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens")
 # The wenet config's parameters that name graphs run here (paths relative to the model's folder).
 INLINE_PARAMETERS = ("encoder_onnx", "decoder_onnx")
+# Goes with them: instances in processes of their own cannot make BLS calls (backends/python/process_model.py's
+# PARAMETER; not imported: the recogniser imports no server layer).
+PROCESS_PARAMETER = "instance_process"
 _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
                 "tensor(float16)": np.float16}
 
 
 def drop_inline_graphs(config) -> bool:
     """Make a model config (``model_config_pb2.ModelConfig``) send its encoder and decoder calls to their
-    models through BLS, as a repository rewritten for TensorRT or OpenVINO must; True when it changed."""
+    models through BLS, as a repository rewritten for TensorRT or OpenVINO must; True when it changed. Its
+    instances then run in the server's process: BLS cannot be called from an instance process."""
     found = [key for key in INLINE_PARAMETERS if key in config.parameters]
+    if found and PROCESS_PARAMETER in config.parameters:
+        found.append(PROCESS_PARAMETER)
     for key in found:
         del config.parameters[key]
     return bool(found)
