@@ -481,11 +481,15 @@ def target_budgets(best: dict, rows: dict, floors: dict, fbank: float) -> dict:
     carries ratio x the peer's streams, after the paced clients' own measured CPU, (a) with every core
     busy, (b) at the machine load where the busier of the two servers stopped (both stop short of 100%:
     latency grows before the cores run out; the middle half of its trial); beside the bare floor of the same
-    work (neural + fbank). Every real-time stream brings one audio-second per second."""
+    work (neural + fbank). Every real-time stream brings one audio-second per second. Also the most streams that
+    load carries were the server at its floor (no serving cost at all), and were it as far above its floor as
+    the peer is above its own (batch-1) floor at the peer's limit: what batching alone can buy here."""
     peer = best.get("sherpa-onnx")
     if not peer:
         return {}
     cores = os.cpu_count() or 1
+    peer_floor = floors.get("sherpa-onnx")
+    peer_factor = rows["sherpa-onnx"][peer]["cpu_per_audio_s"] / (peer_floor + fbank) if peer_floor else None
     out = {}
     print("what the targets need on this machine:")
     for name in best:
@@ -499,10 +503,13 @@ def target_budgets(best: dict, rows: dict, floors: dict, fbank: float) -> dict:
         budget_full = (cores - per_stream * target) / target
         budget_load = (load * cores - per_stream * target) / target
         need = floors[name] + fbank
+        streams_at = lambda cpu: load * cores / (cpu + per_stream)  # noqa: E731 - streams that load carries
         out[name] = {"ratio": ratio, "target_streams": target, "client_cores_per_stream": per_stream,
                      "machine_load_at_limit": load, "budget_every_core": budget_full,
                      "budget_at_limit_load": budget_load, "floor_with_fbank": need,
-                     "ours_at_limit": limit["cpu_per_audio_s"]}
+                     "ours_at_limit": limit["cpu_per_audio_s"], "streams_at_floor": streams_at(need),
+                     "peer_over_its_floor": peer_factor,
+                     "streams_at_peers_factor": streams_at(peer_factor * need) if peer_factor else None}
         verdict = ("out of reach even with every core busy" if budget_full < need else
                    f"out of reach at the {100 * load:.0f}% machine load where the servers stop" if budget_load < need
                    else "not excluded by the floor")
@@ -510,6 +517,13 @@ def target_budgets(best: dict, rows: dict, floors: dict, fbank: float) -> dict:
               f"audio-s with every core busy, {budget_load:.4f} at {100 * load:.0f}% machine load (the clients take "
               f"{per_stream * target:.2f} cores); bare floor of the work {need:.4f}, this server at its limit "
               f"{limit['cpu_per_audio_s']:.4f}: {verdict}")
+        bound = out[name]
+        line = (f"    that load carries {bound['streams_at_floor']:.0f} streams at the bare floor "
+                f"({bound['streams_at_floor'] / peer:.2f}x sherpa-onnx's)")
+        if peer_factor:
+            line += (f"; {bound['streams_at_peers_factor']:.0f} ({bound['streams_at_peers_factor'] / peer:.2f}x) at "
+                     f"{peer_factor:.2f}x the floor, where sherpa-onnx runs at its limit")
+        print(line)
     return out
 
 

@@ -25,6 +25,19 @@ def test_budget_is_the_cores_left_after_the_clients_per_target_stream(monkeypatc
     assert out["budget_at_limit_load"] == pytest.approx((1.7 - per_stream * 170) / 170)
     assert out["floor_with_fbank"] == pytest.approx(0.0034)
     assert out["ours_at_limit"] == 0.005
+    # at its bare floor the server could carry what 85% of 2 cores allow with the clients' share
+    assert out["streams_at_floor"] == pytest.approx(1.7 / (0.0034 + per_stream))
+    assert out["peer_over_its_floor"] is None  # no floor given for the peer
+
+
+def test_streams_at_the_peers_distance_from_its_floor(monkeypatch, capsys):
+    monkeypatch.setattr(vs_sherpa.os, "cpu_count", lambda: 2)
+    floors = {"ours greedy": 0.003, "sherpa-onnx": 0.0036}
+    out = vs_sherpa.target_budgets({"sherpa-onnx": 100, "ours greedy": 120}, rows(0.005), floors,
+                                   0.0004)["ours greedy"]
+    assert out["peer_over_its_floor"] == pytest.approx(0.006 / 0.0040)  # its CPU at its limit / (floor + fbank)
+    assert out["streams_at_peers_factor"] == pytest.approx(1.7 / (1.5 * 0.0034 + 0.0010))
+    assert f"({out['streams_at_peers_factor'] / 100:.2f}x) at 1.50x the floor" in capsys.readouterr().out
 
 
 def test_a_floor_above_the_budget_is_reported_out_of_reach(monkeypatch, capsys):
