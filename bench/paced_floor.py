@@ -199,7 +199,7 @@ def main() -> int:
         for label, delay, max_batch, rescoring in (("sherpa-like (delay 0, batch <= 8)", 0.0, 8, False),
                                                    (f"batched (delay {args.delay_ms:g} ms)", args.delay_ms / 1000,
                                                     64, False),
-                                                   (f"batched + rescoring", args.delay_ms / 1000, 64, True)):
+                                                   ("batched + rescoring", args.delay_ms / 1000, 64, True)):
             r = paced_floor(args.onnx_dir, items, streams, args.seconds, delay, max_batch, rescoring)
             print(f"S={streams:3d} {label:>34}: mean batch {r['mean_batch']:5.1f}; encoder {r['encoder']:.4f}"
                   f" decoder {r['decoder']:.4f} fbank {r['fbank']:.4f} CPU-s per audio-s", flush=True)

@@ -25,25 +25,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from bench._server import serve_repository, server_process
-from bench.vs_sherpa import cpu_seconds, load_data, ours_paced
+from bench.vs_sherpa import child_pids, cpu_seconds, load_data, ours_paced
 
 
 def thread_cpu(pid: int, prefix: str = "") -> collections.Counter:
     """CPU seconds of each thread of a process, summed by thread name (digits dropped); the threads of its
     child processes (model instances in processes of their own) count as "instance process <name>"."""
     out = collections.Counter()
-    children = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             stat = (task / "stat").read_text()
-            children += (task / "children").read_text().split()
         except OSError:
             continue
         name = stat[stat.index("(") + 1:stat.rindex(")")].rstrip("0123456789_-")
         fields = stat.rsplit(")", 1)[1].split()
         out[prefix + name] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    for child in children:
-        out.update(thread_cpu(int(child), "instance process "))
+    for child in child_pids(pid):
+        out.update(thread_cpu(child, "instance process "))
     return out
 
 

@@ -99,26 +99,37 @@ def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
+def child_pids(pid: int) -> list[int]:
+    """The live child processes of a process (a server's model instances run in processes of their own with
+    instance_process): each of its threads lists the children it started."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue  # the thread ended meanwhile
+    return out
+
+
 def cpu_seconds(pid: int | None = None) -> float:
-    """user + system CPU seconds of a process (all its threads) and of its live child processes (a server's
-    model instances run in processes of their own with instance_process); this process when pid is None."""
+    """user + system CPU seconds of a process (all its threads) and of its live child processes; this process
+    when pid is None."""
     if pid is None:
         t = os.times()
         return t.user + t.system
+    total = _process_tree_cpu(pid)
+    return float("nan") if total is None else total
+
+
+def _process_tree_cpu(pid: int) -> float | None:
+    """cpu_seconds of a process and its children; None when it is gone (a child gone meanwhile counts 0)."""
     try:
         fields = _stat(pid)
+        children = child_pids(pid)
     except (OSError, IndexError, ValueError):
-        return float("nan")
-    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                child = _stat(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue  # gone meanwhile
-            if int(child[1]) == pid:  # field 4: the parent's pid
-                total += cpu_seconds(int(entry.name))
-    return total
+        return None
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(t for t in map(_process_tree_cpu, children) if t is not None)
 
 
 def machine_ticks() -> tuple[int, int]:
@@ -189,16 +200,15 @@ def neural_floor(onnx_dir: Path, items, threads: int, beam: int = 10) -> dict:
             fn()
         return (cpu_seconds() - start) / repeat
 
-    from bench.paced_floor import decoder_feeds, encoder_feeds, encoder_frames
+    from bench.paced_floor import WINDOW_S, decoder_feeds, encoder_feeds, encoder_frames
 
     rng = np.random.default_rng(0)
     enc = session("streaming_encoder.onnx")
-    window_s = 0.64
     out = {}
     for batch in (1, 32):
         feeds = encoder_feeds(enc, batch, rng)
         per_call = timed(lambda: enc.run(None, feeds), max(4, 128 // batch))
-        out[f"encoder_b{batch}"] = per_call / (batch * window_s)
+        out[f"encoder_b{batch}"] = per_call / (batch * WINDOW_S)
     dec = session("decoder.onnx")
     audio = np.array([s.size / SAMPLE_RATE for _, s, _ in items])
     batch = 8  # utterances of the mean length, padded to the longest
@@ -208,9 +218,9 @@ def neural_floor(onnx_dir: Path, items, threads: int, beam: int = 10) -> dict:
     # Features are work every server does too: the fastest fbank here (ours, numpy, 32 chunks a call).
     from asr_server.asr.features.fbank import FbankConfig, batch_fbank_computer
 
-    chunks = [rng.normal(scale=3000, size=int(window_s * SAMPLE_RATE) + 240).astype(np.float32) for _ in range(32)]
+    chunks = [rng.normal(scale=3000, size=int(WINDOW_S * SAMPLE_RATE) + 240).astype(np.float32) for _ in range(32)]
     fbank = batch_fbank_computer("numpy", FbankConfig())
-    out["fbank"] = timed(lambda: fbank(chunks), 16) / (32 * window_s)
+    out["fbank"] = timed(lambda: fbank(chunks), 16) / (32 * WINDOW_S)
     return out
 
 
@@ -586,9 +596,9 @@ def report(args, summary: dict, best: dict, rows: dict, onnx_dir: Path, items, r
             print(f"{name} / sherpa-onnx sustained streams: {best[name] / peer:.2f}x")
     common = sorted(set.intersection(*(set(c for c, r in rows[n].items() if r["errors"] == 0)
                                        for n in best))) if best else []
-    if common:
-        c = max(x for x in common if all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best)) \
-            if any(all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best) for x in common) else common[-1]
+    if common:  # the largest count every system sustained, else the largest every system ran
+        sustained = [x for x in common if all(rows[n][x]["final_p99_ms"] <= P99_BUDGET_MS for n in best)]
+        c = (sustained or common)[-1]
         paced = floors_at_load(onnx_dir, items, c, args.seconds, best, repos, summary.get("sherpa_batch", 8))
         print(f"server CPU-s per audio-s at S={c} (largest stream count every system ran), beside its neural floor "
               f"in a tight loop and at this load (bench.paced_floor: the same bare work paced as S={c} streams "
