@@ -74,7 +74,8 @@ def onnx_session(path: Path, threads: int = 1):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-# Sessions that instances of this process share: (graph's real path, its size and mtime, threads) -> session.
+# Sessions (one intra-op thread) that instances of this process share: (graph's real path, its size and mtime)
+# -> session.
 # Weak values: a session goes when the last instance using it does (a reloaded model with a new file gets a
 # new one). Guarded by a lock: instances initialise in parallel threads.
 _SHARED: "weakref.WeakValueDictionary[tuple, object]" = weakref.WeakValueDictionary()
@@ -91,11 +92,11 @@ def shared_onnx_session(path: Path, threads: int = 1):
         return onnx_session(path, threads)
     real = Path(path).resolve()
     stat = real.stat()
-    key = (str(real), stat.st_size, stat.st_mtime_ns, threads)
+    key = (str(real), stat.st_size, stat.st_mtime_ns)
     with _SHARED_LOCK:
         session = _SHARED.get(key)
         if session is None:
-            session = onnx_session(real, threads)
+            session = onnx_session(real, 1)
             _SHARED[key] = session
         return session
 
