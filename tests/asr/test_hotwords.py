@@ -51,6 +51,27 @@ def test_phrases_parse_with_scores_and_bad_ones_are_refused():
         parse_phrases("|".join(["a"] * 1001), 2.0)
 
 
+@pytest.mark.parametrize("score", ["nan", "-inf", "inf", "1e300", "-1e300", "101", "", "0x1p3"])
+def test_a_score_must_be_a_finite_number_in_range(score):
+    # NaN or an infinite bonus used to reach the compiled search and crash the server (SIGSEGV)
+    with pytest.raises(ValueError, match="score"):
+        parse_phrases(f"chairs:{score}", 2.0)
+    hot = Hotwords(Tokenizer(SYMBOLS).encode)
+    with pytest.raises(ValueError, match="hotwords_score"):
+        hot.for_request({"hotwords": "a b", "hotwords_score": score})
+    with pytest.raises(ValueError, match="hotwords_score"):
+        Hotwords.from_parameters({"hotwords_score": score}, None, Tokenizer(SYMBOLS).encode)
+    assert hot.for_request({"hotwords": "a b", "hotwords_score": "-100"}).phrases == ("a b",)
+
+
+@pytest.mark.parametrize("bonus", [float("nan"), float("-inf"), float("inf"), 1e308])
+def test_the_search_kernel_stays_in_bounds_whatever_the_bonus(bonus):
+    # graphs built directly bypass the parameter checks: the kernel itself must not index out of its arrays
+    for full in (False, True):
+        hyps = decode(AMBIGUOUS, build_graph([([2, 5], bonus), ([4], bonus)]), full=full)
+        assert all(all(0 <= t < len(SYMBOLS) for t in h.tokens) for h in hyps)
+
+
 def test_the_model_file_must_stay_inside_its_folder(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "hot.txt").write_text("a b\nc:4\n")

@@ -371,8 +371,6 @@ def prefix_beam_advance(
         n_finite = 0
         for slot in range(n_used):
             slot_score[slot] = _log_add2(slot_pb[slot], slot_pnb[slot])
-            if slot_score[slot] > NEG_INF:
-                n_finite += 1
             src = slot_src[slot]
             node = ctx_node[cur, src]
             locked = ctx_locked[cur, src]
@@ -385,6 +383,9 @@ def prefix_beam_advance(
                 slot_score[slot] += locked + node_score[node]
             slot_node[slot] = node
             slot_locked[slot] = locked
+            # counted after the bonus: a NaN score (no '>' holds for it) never counts as a hypothesis
+            if slot_score[slot] > NEG_INF:
+                n_finite += 1
         for slot in range(n_used):
             slot_taken[slot] = n_finite > 0 and not slot_score[slot] > NEG_INF
         n_keep = min(beam, n_finite if n_finite > 0 else n_used)
@@ -395,8 +396,13 @@ def prefix_beam_advance(
                     continue
                 if best < 0 or slot_score[slot] > slot_score[best]:
                     best = slot
+            if best < 0:  # nothing left to choose: keep what was chosen, never index with -1
+                n_keep = r
+                break
             slot_taken[best] = True
             chosen[r] = best
+        if n_keep == 0:
+            continue
 
         for r in range(n_keep):
             slot = chosen[r]

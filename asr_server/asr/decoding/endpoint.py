@@ -30,7 +30,10 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from .numbers import bounded_float
+
 PARAMETER_PREFIX = "endpoint_"
+MAX_RULE_VALUE = 3600.0  # seconds (or dB for rule2_quiet_db): an hour-long rule is already no rule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +56,12 @@ class EndpointRules:
     def __post_init__(self) -> None:
         for name in ("rule1_silence", "rule2_silence", "rule3_length", "rule4_silence"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"endpoint {name} must be a positive number of seconds, got {value!r}")
-        if not isinstance(self.rule2_quiet_db, (int, float)) or not self.rule2_quiet_db >= 0:
-            raise ValueError(f"endpoint rule2_quiet_db must be >= 0 dB, got {self.rule2_quiet_db!r}")
+            if not isinstance(value, (int, float)) or not 0 < value <= MAX_RULE_VALUE:
+                raise ValueError(f"endpoint {name} must be a positive number of seconds up to {MAX_RULE_VALUE:g}, "
+                                 f"got {value!r}")
+        if not isinstance(self.rule2_quiet_db, (int, float)) or not 0 <= self.rule2_quiet_db <= MAX_RULE_VALUE:
+            raise ValueError(f"endpoint rule2_quiet_db must be in [0, {MAX_RULE_VALUE:g}] dB, "
+                             f"got {self.rule2_quiet_db!r}")
 
     def updated(self, parameters: Mapping[str, Any]) -> "EndpointRules":
         """These rules with the ``endpoint`` / ``endpoint_<field>`` entries of ``parameters`` applied."""
@@ -66,10 +71,7 @@ class EndpointRules:
         for field in ("rule1_silence", "rule2_silence", "rule2_quiet_db", "rule3_length", "rule4_silence"):
             key = PARAMETER_PREFIX + field
             if key in parameters:
-                try:
-                    changes[field] = float(parameters[key])
-                except (TypeError, ValueError):
-                    raise ValueError(f"parameter {key} must be a number, got {parameters[key]!r}") from None
+                changes[field] = bounded_float(parameters[key], f"parameter {key}", 0.0, MAX_RULE_VALUE)
         return dataclasses.replace(self, **changes) if changes else self
 
 

@@ -26,9 +26,12 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from .numbers import bounded_float
+
 DEFAULT_SCORE = 2.0  # bonus per matched token (natural-log units; icefall's recipes use 1.5-2)
 MAX_PHRASES = 1000  # per request: a request cannot make the server build an unbounded tree
 MAX_PHRASE_CHARS = 200
+MAX_SCORE = 100.0  # |bonus| per token; 100 nats already outweighs any acoustic evidence
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -105,9 +108,10 @@ def parse_phrases(text: str, default_score: float, separators: str = "|\n") -> l
             if mark in item:
                 head, _, tail = item.rpartition(mark)
                 try:
-                    phrase, score = head.strip(), float(tail)
-                except ValueError:
-                    raise ValueError(f"hotword {item!r}: the part after {mark!r} must be a score") from None
+                    phrase, score = head.strip(), bounded_float(tail, "score", -MAX_SCORE, MAX_SCORE)
+                except ValueError as exc:
+                    raise ValueError(f"hotword {item[:60]!r}: the part after {mark!r} must be a score "
+                                     f"({exc})") from None
                 break
         if len(phrase) > MAX_PHRASE_CHARS:
             raise ValueError(f"hotword longer than {MAX_PHRASE_CHARS} characters")
@@ -138,7 +142,7 @@ class Hotwords:
     def from_parameters(cls, params: Mapping[str, str], model_dir: Optional[Path],
                         encode: Callable[[str], list[int]]) -> "Hotwords":
         """The model's config parameters ``hotwords_file`` (inside ``model_dir``) and ``hotwords_score``."""
-        score = float(params.get("hotwords_score", DEFAULT_SCORE))
+        score = bounded_float(params.get("hotwords_score", DEFAULT_SCORE), "hotwords_score", -MAX_SCORE, MAX_SCORE)
         name = params.get("hotwords_file", "")
         phrases: list[tuple[str, float]] = []
         if name:
@@ -156,7 +160,8 @@ class Hotwords:
         text = parameters.get("hotwords")
         if text is None:
             return self.model_graph
-        score = float(parameters.get("hotwords_score", self.default_score))
+        score = bounded_float(parameters.get("hotwords_score", self.default_score), "parameter hotwords_score",
+                              -MAX_SCORE, MAX_SCORE)
         key = (str(text), score)
         graph = self._cache.get(key)
         if graph is None:
