@@ -6,12 +6,16 @@ A key is what `shm_open` takes: an optional leading '/', then one file name. Any
 '.', '..') is refused, and the file is opened relative to /dev/shm without following links, so that no key
 and no link planted in /dev/shm lets inference read or overwrite a file elsewhere.
 CUDA shared memory needs a GPU and CUDA IPC: without them its RPCs answer a clear error.
+
+Reads and writes go through the region's descriptor (pread/pwrite), not a memory mapping: a client that
+truncates its file after registering it would make a copy out of a mapping fault (SIGBUS, the process dies);
+pread returns short instead, and the request fails alone. Each region holds one descriptor, so regions are
+capped per server (MAX_REGIONS) far below the process's descriptor limit.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import mmap
 import os
 import stat
 import threading
@@ -20,6 +24,7 @@ from asr_server.errors import ErrorCode, ServerError, invalid_argument
 
 SHM_ROOT = "/dev/shm"
 NAME_MAX = 255  # bytes in one file name (Linux)
+MAX_REGIONS = 1024  # registered system shared-memory regions per server (one descriptor each)
 _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO never stalls
 
 
@@ -60,30 +65,32 @@ class Region:
     key: str
     offset: int
     byte_size: int
-    mapping: mmap.mmap
+    fd: int
 
 
 class SharedMemoryRegistry:
-    def __init__(self) -> None:
+    def __init__(self, max_regions: int = MAX_REGIONS) -> None:
         self._regions: dict[str, Region] = {}
         self._lock = threading.Lock()
+        self.max_regions = max_regions
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         with self._lock:
             if name in self._regions:
                 raise ServerError(f"shared memory region '{name}' already in manager", ErrorCode.ALREADY_EXISTS)
+            if len(self._regions) >= self.max_regions:
+                raise ServerError(f"Unable to register shared memory region '{name}': {self.max_regions} regions "
+                                  "are registered, the most this server holds; unregister one first",
+                                  ErrorCode.RESOURCE_EXHAUSTED)
             fd = _open_region(key)
-            try:
-                size = os.fstat(fd).st_size
-                if offset < 0 or byte_size <= 0 or offset + byte_size > size:
-                    raise invalid_argument(
-                        f"shared memory region '{name}': offset {offset} + byte_size {byte_size} exceeds the "
-                        f"size of '{key}' ({size} bytes)"
-                    )
-                mapping = mmap.mmap(fd, size)
-            finally:
+            size = os.fstat(fd).st_size
+            if offset < 0 or byte_size <= 0 or offset + byte_size > size:
                 os.close(fd)
-            self._regions[name] = Region(name, key, offset, byte_size, mapping)
+                raise invalid_argument(
+                    f"shared memory region '{name}': offset {offset} + byte_size {byte_size} exceeds the "
+                    f"size of '{key}' ({size} bytes)"
+                )
+            self._regions[name] = Region(name, key, offset, byte_size, fd)
 
     def unregister(self, name: str = "") -> None:
         """Unregister one region, or all of them when `name` is empty."""
@@ -92,7 +99,7 @@ class SharedMemoryRegistry:
             for region_name in names:
                 region = self._regions.pop(region_name, None)
                 if region is not None:
-                    region.mapping.close()
+                    os.close(region.fd)
 
     def status(self, name: str = "") -> list[Region]:
         with self._lock:
@@ -115,7 +122,13 @@ class SharedMemoryRegistry:
     def read(self, name: str, offset: int, byte_size: int) -> bytes:
         with self._lock:
             region, start = self._window(name, offset, byte_size)
-            return bytes(region.mapping[start:start + byte_size])
+            data = os.pread(region.fd, byte_size, start)
+        if len(data) < byte_size:  # the file shrank after it was registered
+            raise invalid_argument(
+                f"shared memory region '{name}' is smaller than registered: {start + len(data)} of "
+                f"{start + byte_size} bytes are left in '{region.key}'"
+            )
+        return data
 
     def write(self, name: str, offset: int, data: bytes, byte_size: int) -> None:
         with self._lock:
@@ -125,7 +138,13 @@ class SharedMemoryRegistry:
                     f"{byte_size} < {len(data)} bytes needed"
                 )
             region, start = self._window(name, offset, len(data))
-            region.mapping[start:start + len(data)] = data
+            size = os.fstat(region.fd).st_size
+            if start + len(data) > size:  # writing would grow a file its owner shrank
+                raise invalid_argument(
+                    f"shared memory region '{name}' is smaller than registered: {size} of "
+                    f"{start + len(data)} bytes are left in '{region.key}'"
+                )
+            os.pwrite(region.fd, data, start)
 
     def close(self) -> None:
         self.unregister()
