@@ -202,7 +202,8 @@ class InferenceCore:
         return channel
 
     def _finish(self, loaded: LoadedVersion, request: InferRequest, response: InferResponse) -> InferResponse:
-        """Keep the requested outputs, in the order asked for, and stamp model name and version."""
+        """Keep the requested outputs, in the order first asked for and each once (as Triton: an output named
+        200 times must not cost 200 copies of it), and stamp model name and version."""
         response.model_name = loaded.name
         response.model_version = str(loaded.version)
         response.id = request.id
@@ -212,7 +213,7 @@ class InferenceCore:
             missing = [o.name for o in request.outputs if o.name not in by_name]
             if missing:
                 raise ServerError(f"model '{loaded.name}' did not produce output(s) {missing}", ErrorCode.INTERNAL)
-            response.outputs = [by_name[o.name] for o in request.outputs]
+            response.outputs = [by_name[name] for name in dict.fromkeys(o.name for o in request.outputs)]
         elif declared:
             response.outputs = [t for t in response.outputs if t.name in declared]
         return response
