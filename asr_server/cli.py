@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from asr_server.errors import ServerError
+from asr_server.log_format import OneLineFormatter
 from asr_server.settings import MODEL_CONTROL_MODES, ServerSettings
 
 
@@ -92,10 +93,9 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.log_verbose else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(name)s] %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname).1s %(name)s] %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.log_verbose else logging.INFO, handlers=[handler])
     from asr_server.server import Server  # after logging is set up: model imports may log
 
     try:

@@ -27,8 +27,18 @@ _COUNTERS = (
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
+MAX_LABEL_CHARS = 256  # a label value a client chose (a model name) is cut to this many characters
+
+
+def _label_value(value: object) -> str:
+    """A label value in Prometheus' text format: backslash, double quote and newline escaped, so that a model
+    name cannot close the label and forge a series or break the scrape; cut to MAX_LABEL_CHARS."""
+    text = str(value)[:MAX_LABEL_CHARS]
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _labels(**labels: str) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    return "{" + ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items())) + "}"
 
 
 def _memory() -> tuple[int, int]:

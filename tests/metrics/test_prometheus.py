@@ -78,3 +78,14 @@ async def test_counters_move_on_success_and_failure_and_pending_returns_to_zero(
         await client.infer("accumulator", [acc], sequence_id=7, sequence_start=True)
         assert value(await asyncio.to_thread(scrape, server), "asr_server_live_sequences", "accumulator") == 1
         await client.close()
+
+
+def test_label_values_are_escaped_and_cut():
+    from asr_server.metrics import MAX_LABEL_CHARS, _labels
+
+    forged = 'x",version="9"} 1\nnv_inference_count{model="evil\\'
+    text = f"# TYPE nv_inference_count counter\nnv_inference_count{_labels(model=forged, version='1')} 5\n"
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    assert len(samples) == 1 and samples[0].labels == {"model": forged, "version": "1"} and samples[0].value == 5
+    long = _labels(model="m" * 10_000)
+    assert len(long) < MAX_LABEL_CHARS + 20
