@@ -275,10 +275,25 @@ def statistics_to_pb(name: str, version: int, stats: ModelStatistics) -> pb.Mode
 
 
 def config_override_json(params) -> Optional[str]:
-    """RepositoryModelLoad's `config` parameter (ModelConfig as JSON), if given."""
-    if "config" in params:
-        return params["config"].string_param
-    return None
+    """RepositoryModelLoad's `config` parameter (ModelConfig as JSON), if given; a value of another type is
+    refused in Triton's words (it used to be read as an empty string and ignored)."""
+    if "config" not in params:
+        return None
+    if params["config"].WhichOneof("parameter_choice") != "string_param":
+        raise invalid_argument("invalid value type for load parameter 'config', expected string_param.")
+    return params["config"].string_param
+
+
+def load_files(params) -> dict[str, bytes]:
+    """RepositoryModelLoad's `file:<path>` parameters; each must be a bytes_param (a string one used to be
+    written as an empty file)."""
+    files = {}
+    for key in params:
+        if key.startswith("file:"):
+            if params[key].WhichOneof("parameter_choice") != "bytes_param":
+                raise invalid_argument(f"invalid value type for load parameter '{key}', expected bytes_param.")
+            files[key[len("file:"):]] = params[key].bytes_param
+    return files
 
 
 def unload_dependents(params) -> bool:

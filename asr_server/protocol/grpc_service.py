@@ -198,10 +198,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     @unary
     async def RepositoryModelLoad(self, request, context):
         override = converters.config_override_json(request.parameters)
-        files = {
-            key[len("file:"):]: request.parameters[key].bytes_param
-            for key in request.parameters if key.startswith("file:")
-        }
+        files = converters.load_files(request.parameters)
         await self.core.load_model(request.model_name, override, files)
         return pb.RepositoryModelLoadResponse()
 

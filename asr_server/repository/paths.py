@@ -12,9 +12,18 @@ import posixpath
 from asr_server.errors import ErrorCode, ServerError, invalid_argument
 
 
+NAME_MAX = 255  # bytes in one file name (Linux): a longer name cannot be a folder of the repository
+
+
 def is_plain_name(name: str) -> bool:
-    """True for a single path component that stays where it is joined: no separators, no '.'/'..', no NUL."""
-    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
+    """True for a single path component that stays where it is joined: no separators, no '.'/'..', no NUL,
+    at most NAME_MAX bytes (a longer one would reach the file system only to fail with ENAMETOOLONG)."""
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: no folder has that name
+        return False
+    return (bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
+            and size <= NAME_MAX)
 
 
 def poll_failed(name: str) -> ServerError:

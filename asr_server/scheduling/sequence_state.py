@@ -17,6 +17,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.dtypes import config_to_wire, numpy_dtype
+from asr_server.errors import invalid_argument
 from asr_server.messages import InferRequest, InferResponse, SequenceId, Tensor
 
 Control = mc.ModelSequenceBatching.Control
@@ -97,7 +98,12 @@ def state_specs(config: mc.ModelConfig, model_dir: Path) -> list[StateSpec]:
         initial = None
         for init in state.initial_state:
             if init.WhichOneof("state_data") == "data_file":
-                raw = (model_dir / "initial_state" / init.data_file).read_bytes()
+                folder = (model_dir / "initial_state").resolve()
+                path = (folder / init.data_file).resolve()
+                if folder not in path.parents:  # as Triton: a config (or a load's override) reads only here
+                    raise invalid_argument(f"initial_state data_file '{init.data_file}' of state "
+                                           f"'{state.input_name}' must be inside the model's 'initial_state/'")
+                raw = path.read_bytes()
                 init_dims = tuple(int(d) for d in init.dims) or dims
                 initial = np.frombuffer(raw, dtype=numpy_dtype(datatype)).reshape(init_dims)
         specs.append(StateSpec(state.input_name, state.output_name, datatype, dims, initial))

@@ -72,14 +72,17 @@ def temp_folders(root: Path) -> list[Path]:
     return sorted((root / "tmp").glob("asr_server_model_*"))
 
 
-@pytest.mark.parametrize("name", ["../evil", "..", ".", "", "{root}/evil", "a/b", "a\\b", "evil\0"])
+@pytest.mark.parametrize("name", ["../evil", "..", ".", "", "{root}/evil", "a/b", "a\\b", "evil\0", "x" * 300])
 async def test_load_refuses_names_that_are_not_a_plain_folder_name(layout: Path, running, name: str):
     name = name.format(root=layout)
     async with running(layout / "repo", model_control_mode="explicit", allow_http=False) as server:
         client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
         # Triton 2.51's answer for a name that is not a folder of the repository.
-        await expect_error(client.load_model(name), grpc.StatusCode.INTERNAL,
-                           f"failed to load '{name}', failed to poll from model repository")
+        with pytest.raises(InferenceServerException) as info:
+            await client.load_model(name)
+        assert info.value.status() == "StatusCode.INTERNAL"
+        # Triton 2.51's words, and no path of this machine (a 300-character name once leaked it in an OSError)
+        assert info.value.message() == f"failed to load '{name}', failed to poll from model repository"
         assert not (layout / "marker").exists(), "a model.py outside the repository ran"
         assert await client.is_server_live()
         await client.close()
@@ -145,3 +148,48 @@ async def test_temporary_folders_of_file_loads_are_removed(layout: Path, running
         assert len(temp_folders(layout)) == 1
         await client.close()
     assert temp_folders(layout) == []
+
+
+async def test_load_parameters_of_the_wrong_type_are_refused(layout: Path, running):
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc
+
+    async with running(layout / "repo", model_control_mode="explicit", allow_http=False) as server:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            request = pb.RepositoryModelLoadRequest(model_name="add_sub")
+            request.parameters["config"].int64_param = 1  # was read as "" and ignored
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.RepositoryModelLoad(request)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "expected string_param" in info.value.details()
+            request = pb.RepositoryModelLoadRequest(model_name="add_sub")
+            request.parameters["config"].string_param = add_sub_config("add_sub")
+            request.parameters["file:1/model.py"].string_param = "print('hi')"  # was written as an empty file
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.RepositoryModelLoad(request)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "'file:1/model.py', expected bytes_param" in info.value.details()
+            assert temp_folders(layout) == []
+
+
+def test_an_initial_state_file_must_stay_in_the_models_initial_state_folder(tmp_path: Path):
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from asr_server.errors import ErrorCode, ServerError
+    from asr_server.scheduling.sequence_state import state_specs
+
+    (tmp_path / "initial_state").mkdir()
+    (tmp_path / "initial_state" / "zeros.bin").write_bytes(bytes(16))
+    (tmp_path / "secret.bin").write_bytes(bytes(16))
+    config = mc.ModelConfig(name="m")
+    state = config.sequence_batching.state.add(input_name="S_IN", output_name="S_OUT", data_type=mc.TYPE_FP32,
+                                               dims=[4])
+    init = state.initial_state.add(name="init", data_type=mc.TYPE_FP32, dims=[4])
+    init.data_file = "zeros.bin"
+    assert state_specs(config, tmp_path)[0].initial.tolist() == [0, 0, 0, 0]
+    for outside in (str(tmp_path / "secret.bin"), "../secret.bin", "/etc/hostname"):
+        init.data_file = outside
+        with pytest.raises(ServerError, match="must be inside") as info:
+            state_specs(config, tmp_path)
+        assert info.value.code == ErrorCode.INVALID_ARGUMENT
