@@ -102,7 +102,8 @@ class Generator:
         self.kokoro = voices._kokoro_names()
         self.espeak = voices.espeak_voices()
 
-    def job(self, split: str, i: int) -> tuple[textgen.Text, voices.Voice, int]:
+    def job(self, split: str, i: int, train_families: dict[str, float] | None = None
+            ) -> tuple[textgen.Text, voices.Voice, int]:
         seed = utt_seed(self.seed, split, i)
         rng = random.Random(seed)
         if split == "test_template":
@@ -117,12 +118,13 @@ class Generator:
                                 training=False)
         else:
             text = textgen.draw(rng, textgen.TRAIN_KINDS, self.train_pools, training=True)
-        families = voices.HELDOUT_FAMILIES if split == "test_heldout_voice" else voices.TRAIN_FAMILIES
+        families = (voices.HELDOUT_FAMILIES if split == "test_heldout_voice" else
+                    train_families or voices.TRAIN_FAMILIES)
         voice = voices.draw_voice(rng, families, self.kokoro, self.espeak)
         return text, voice, seed
 
-    def make(self, split: str, i: int) -> dict:
-        text, voice, seed = self.job(split, i)
+    def make(self, split: str, i: int, train_families: dict[str, float] | None = None) -> dict:
+        text, voice, seed = self.job(split, i, train_families)
         t0 = _cpu_s()
         raw, sr = voices.synthesise(text.speak, voice, seed)
         synth_cpu = _cpu_s() - t0
@@ -361,9 +363,116 @@ def freeze(args) -> int:
     return 0
 
 
+LEG_STRIDE = 20_000   # train-split indices reserved per relay leg: leg L draws from L * LEG_STRIDE upwards
+EVAL_SIZE = 100       # utterances of each synthetic test split that every leg generates and evaluates
+# A leg's training utterances: Kokoro (natural, but ~20x the synthesis cost of the others) speaks every
+# LEG_KOKORO_EVERY-th index, the fast engines the rest, so Kokoro takes about half the synthesis time.
+LEG_KOKORO_EVERY = 16
+LEG_FAST_FAMILIES = {f: w for f, w in voices.TRAIN_FAMILIES.items() if f != "kokoro"}
+_WORKER: dict = {}
+
+
+def _leg_worker_init(root: str, plan: dict) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    _WORKER["gen"] = Generator(Path(root), plan)
+
+
+def leg_families(split: str, i: int) -> dict[str, float] | None:
+    if split != "train":
+        return None
+    return {"kokoro": 1.0} if i % LEG_KOKORO_EVERY == 0 else LEG_FAST_FAMILIES
+
+
+def _leg_worker_make(job: tuple[str, int]) -> tuple[str, dict | None, str]:
+    split, i = job
+    try:
+        return f"{split}_{i:06d}", _WORKER["gen"].make(split, i, leg_families(split, i)), ""
+    except Exception as exc:  # recorded by the parent, as in `run`
+        return f"{split}_{i:06d}", None, repr(exc)[:300]
+
+
+def _write_kaldi(rows: list[dict], base: Path, out: Path) -> float:
+    """out/{wav.scp,text,utt2spk,utt2dur} of manifest rows whose paths are relative to `base`; hours."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = sorted(rows, key=lambda r: r["utt"])
+    (out / "wav.scp").write_text("".join(f"{r['utt']} {(base / r['path']).resolve()}\n" for r in rows))
+    (out / "text").write_text("".join(f"{r['utt']} {r['label']}\n" for r in rows), encoding="utf-8")
+    (out / "utt2spk").write_text("".join(f"{r['utt']} {r['speaker']}\n" for r in rows))
+    (out / "utt2dur").write_text("".join(f"{r['utt']} {r['dur']:.3f}\n" for r in rows))
+    return sum(r["dur"] for r in rows) / 3600
+
+
+def leg(args) -> int:
+    """One relay leg's data (issue 32), deterministic from the leg number, bounded by --minutes:
+    the synthetic test splits' first EVAL_SIZE utterances (the same every leg), then this leg's training
+    utterances, train-split indices leg * LEG_STRIDE + 0, 1, 2, ... until the time is up (each index is the
+    same utterance on every machine, so a leg's data is a prefix of its own fixed sequence), made by --jobs
+    processes. Writes ROOT/legs/leg<N>/train (this leg's synthetic utterances plus the game's training lines)
+    and ROOT/legs/eval/<split> for every evaluation split."""
+    args.root.mkdir(parents=True, exist_ok=True)
+    with open(args.root / "gen.lock", "w") as lock:  # one writer of the manifest at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _leg_locked(args)
+
+
+def _leg_locked(args) -> int:
+    import multiprocessing
+
+    root = args.root
+    if args.seed is None and not (root / "plan.json").exists():
+        args.seed = 2026
+    plan = load_plan(root, args)
+    build_text(root)
+    manifest = Manifest(root / "manifest.jsonl")
+    failed_path = root / "failures.jsonl"
+    failed = {r["utt"] for r in read_rows(failed_path)}
+    deadline = time.time() + args.minutes * 60
+    first = args.leg * LEG_STRIDE
+    tests = [(s, i) for s in SPLIT_ORDER[:-1] for i in range(min(EVAL_SIZE, plan["sizes"][s]))]
+    jobs = tests + [("train", first + k) for k in range(LEG_STRIDE)]
+    todo = [j for j in jobs if f"{j[0]}_{j[1]:06d}" not in manifest and f"{j[0]}_{j[1]:06d}" not in failed]
+    print(f"[{time.strftime('%F %T')}] leg {args.leg}: {len(manifest.rows)} in the manifest, "
+          f"{args.minutes:.0f} min, {args.jobs} jobs", flush=True)
+    made, start = 0, time.time()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(args.jobs, _leg_worker_init, (str(root), plan)) as pool:
+        for utt, row, error in pool.imap(_leg_worker_make, todo):
+            if row is not None:
+                manifest.append(row)
+                made += 1
+            else:
+                with open(failed_path, "a") as fh:
+                    fh.write(json.dumps({"utt": utt, "error": error}) + "\n")
+            if made % 200 == 0 and row is not None:
+                print(f"[{time.strftime('%F %T')}] +{made} ({made / (time.time() - start):.2f} utt/s) at {utt}",
+                      flush=True)
+            # imap yields in order, so stopping here leaves a prefix of the leg's sequence
+            if time.time() > deadline and utt.startswith("train"):
+                pool.terminate()
+                break
+    manifest.close()
+    rows = list(manifest.rows.values())
+    legs = root / "legs"
+    mine = [r for r in rows if r["split"] == "train" and first <= r["index"] < first + LEG_STRIDE]
+    # the game's rows hold paths relative to ROOT/fotaq
+    game = [dict(r, path=str(Path("fotaq") / r["path"])) for r in read_rows(root / "fotaq" / "manifest.jsonl")]
+    game_train = [r for r in game if r["split"] == "fotaq_train"]
+    synth_h = sum(r["dur"] for r in mine) / 3600
+    real_h = sum(r["dur"] for r in game_train) / 3600
+    _write_kaldi(mine + game_train, root, legs / f"leg{args.leg}" / "train")
+    for split in SPLIT_ORDER[:-1]:
+        _write_kaldi([r for r in rows if r["split"] == split and r["index"] < EVAL_SIZE], root,
+                     legs / "eval" / split)
+    _write_kaldi([r for r in game if r["split"] == "fotaq_test"], root, legs / "eval" / "fotaq_test")
+    print(f"[{time.strftime('%F %T')}] leg {args.leg}: made {made} in {(time.time() - start) / 60:.1f} min; "
+          f"train: {len(mine)} synthetic ({synth_h:.2f} h) + {len(game_train)} game lines ({real_h:.2f} h)",
+          flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq", "freeze"))
+    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq", "freeze", "leg"))
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--seed", type=int, default=None, help="first run only (default 2026); fixed after")
     for split in SPLIT_ORDER:
@@ -375,7 +484,12 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"freeze: the train split's first N utterances (default {FROZEN_TRAIN})")
     ap.add_argument("--fotaq-copies", type=int, default=2, help="freeze: times the game's actors' lines are listed")
     ap.add_argument("--out", default="train_v2", help="freeze: the data folder written under ROOT")
+    ap.add_argument("--leg", type=int, default=0, help="leg: the relay leg whose data to make")
+    ap.add_argument("--minutes", type=float, default=30.0, help="leg: time budget for synthesis")
+    ap.add_argument("--jobs", type=int, default=2, help="leg: synthesis processes")
     args = ap.parse_args(argv)
+    if args.command == "leg":
+        return leg(args)
     if args.command == "freeze":
         return freeze(args)
     if args.command == "run":

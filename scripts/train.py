@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import random
+import shutil
 import signal
 import sys
 import time
@@ -44,6 +45,10 @@ def prepare(args, rows) -> tuple[SymbolTable, Tokenizer, CmvnStats, Path]:
     """BPE, units.txt and CMVN, computed once and reused on resume."""
     exp = args.exp
     bpe_path = exp / "bpe.model"
+    if args.init_from is not None:  # a relay leg keeps the units and CMVN of the model it continues
+        for name in ("bpe.model", "global_cmvn"):
+            if not (exp / name).exists():
+                shutil.copyfile(args.init_from / name, exp / name)
     if not bpe_path.exists():
         train_bpe((t for _, _, t in rows), exp / "bpe", args.bpe_size)
     symbols = SymbolTable.from_units(bpe_units(bpe_path))
@@ -112,6 +117,21 @@ def main(argv=None) -> int:
                          "plain CTC")
     ap.add_argument("--bf16", action="store_true",
                     help="bfloat16 autocast (about 2x faster on CPUs with AVX512-BF16 or AMX; weights stay fp32)")
+    ap.add_argument("--init-from", type=Path, default=None, metavar="MODEL_DIR",
+                    help="relay leg: start from this model dir's weights, units and CMVN (not its optimiser: "
+                         "Adam's moments are re-warmed over --rewarm-steps)")
+    ap.add_argument("--step-offset", type=int, default=0,
+                    help="relay leg: steps trained by earlier legs; the learning-rate schedule and the log count "
+                         "from there")
+    ap.add_argument("--rewarm-steps", type=int, default=0,
+                    help="relay leg: ramp the learning rate from 0 to the schedule's over this many steps, while "
+                         "the fresh optimiser's moment estimates settle")
+    ap.add_argument("--band-limit-share", type=float, default=0.0,
+                    help="share of augmented utterances band-limited to 8 or 11.025 kHz and back (telephone and "
+                         "game audio), requantised to 16 bits")
+    ap.add_argument("--lead-silence-share", type=float, default=0.0,
+                    help="share of augmented utterances given 0.3-1.5 s more leading silence (the first word "
+                         "after a pause)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=777)
     ap.add_argument("--finalize", action="store_true",
@@ -135,6 +155,10 @@ def main(argv=None) -> int:
     model = build(args, len(symbols), cmvn)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "elapsed": 0.0}
+    if not ckpt_path.exists() and args.init_from is not None:
+        state_dict = torch.load(args.init_from / "final.pt", map_location="cpu", weights_only=True)
+        model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state_dict.items()})
+        print(f"started from {args.init_from} (global step {args.step_offset})", file=sys.stderr)
     if ckpt_path.exists():
         ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         model.load_state_dict(ck["model"])
@@ -191,11 +215,13 @@ def main(argv=None) -> int:
         """The batch of `step`; augmentation randomness is a function of the step, so a resumed run draws
         the same batches."""
         epoch, position, indices = next(plan)
-        chunk = attention_chunk(step, args.seed, args.curriculum_steps, args.full_context_share, args.chunk_range)
-        augment = step >= (args.curriculum_steps if args.augment_after is None else args.augment_after)
+        at = args.step_offset + step  # the curriculum counts over all legs of a relay
+        chunk = attention_chunk(at, args.seed, args.curriculum_steps, args.full_context_share, args.chunk_range)
+        augment = at >= (args.curriculum_steps if args.augment_after is None else args.augment_after)
         batch = make_batch([rows[i] for i in indices], tokenizer, random.Random(args.seed * 7919 + step),
                            augment=augment, pad_multiple=args.pad_multiple,
-                           emission_slack=args.emission_slack)
+                           emission_slack=args.emission_slack, band_limit_share=args.band_limit_share,
+                           lead_silence_share=args.lead_silence_share)
         return epoch, position, chunk, batch
 
     # One thread reads and featurises the next batch while torch runs this one (it releases the GIL).
@@ -204,7 +230,9 @@ def main(argv=None) -> int:
     while state["step"] < args.max_steps and not stop["flag"]:
         epoch, position, chunk, (x, xl, y, yl, earliest) = pending.result()
         pending = prefetch.submit(load_batch, state["step"] + 1)
-        lr = lr_at(state["step"] + 1, args.lr, args.warmup)
+        lr = lr_at(args.step_offset + state["step"] + 1, args.lr, args.warmup)
+        if args.rewarm_steps:
+            lr *= min(1.0, (state["step"] + 1) / args.rewarm_steps)
         for g in opt.param_groups:
             g["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
@@ -219,7 +247,7 @@ def main(argv=None) -> int:
         state["elapsed"] = elapsed0 + time.monotonic() - t_run
         loss = float(out["loss"].detach())
         smooth = loss if smooth is None else 0.98 * smooth + 0.02 * loss
-        log.write(f"{state['step']}\t{state['epoch']}\t{loss:.4f}\t{float(out['loss_ctc']):.4f}\t"
+        log.write(f"{args.step_offset + state['step']}\t{state['epoch']}\t{loss:.4f}\t{float(out['loss_ctc']):.4f}\t"
                   f"{float(out['loss_att']):.4f}\t{lr:.6f}\t{state['elapsed'] / 60:.2f}\n")
         bar.update(1)
         bar.set_postfix(loss=f"{smooth:.2f}", ep=state["epoch"], lr=f"{lr:.1e}")

@@ -13,7 +13,8 @@ import soundfile as sf
 torch = pytest.importorskip("torch", reason="the training helpers need torch")
 
 from asr_server.asr.nn.model import IGNORE_ID  # noqa: E402
-from asr_server.asr.training.augment import speed_perturb, spec_augment  # noqa: E402
+from asr_server.asr.training.augment import (  # noqa: E402
+    LSB, band_limit, lead_silence, requantise, speed_perturb, spec_augment)
 from asr_server.asr.training.batching import epoch_order, make_batch, planned_batches  # noqa: E402
 from asr_server.asr.training.data import read_data_dir  # noqa: E402
 from asr_server.asr.training.schedule import FULL_CONTEXT, attention_chunk, lr_at  # noqa: E402
@@ -63,6 +64,27 @@ def test_augmentation_keeps_shapes_and_depends_only_on_its_generator():
     a, b = spec_augment(feats, random.Random(3)), spec_augment(feats, random.Random(3))
     assert a.shape == feats.shape and np.array_equal(a, b) and (feats == 1).all()
     assert 0 < (a == 0).mean() < 0.6
+
+
+def test_band_limit_empties_the_upper_band_but_leaves_16_bit_noise_there():
+    t = np.arange(16000) / 16000
+    wav = (0.3 * np.sin(2 * np.pi * 1000 * t) + 0.3 * np.sin(2 * np.pi * 6000 * t)).astype(np.float32)
+    for rate, gone in ((8000, 6000), (11025, 6000)):
+        out = band_limit(wav, rate, random.Random(1))
+        assert out.size == wav.size and out.dtype == np.float32
+        spectrum = np.abs(np.fft.rfft(out))
+        assert spectrum[gone] < 1e-3 * spectrum[1000]  # the 6 kHz tone is gone, the 1 kHz one kept
+        top = spectrum[int(rate / 2) + 300:]
+        assert top.min() > 0  # dither: the empty band is not exactly zero, as in any 16-bit recording
+        assert np.array_equal(out, band_limit(wav, rate, random.Random(1)))
+    q = requantise(np.zeros(1000, np.float32), random.Random(2))
+    assert np.allclose(q / LSB, np.round(q / LSB)) and np.abs(q).max() <= LSB and q.any()
+
+
+def test_lead_silence_prepends_quiet_samples():
+    wav = np.full(100, 0.5, np.float32)
+    out = lead_silence(wav, 0.5, random.Random(0))
+    assert out.size == 8100 and np.array_equal(out[8000:], wav) and np.abs(out[:8000]).max() <= LSB
 
 
 def test_make_batch_pads_features_and_labels(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +145,44 @@ def test_freeze_takes_the_first_train_indices_and_lists_the_game_lines_twice(tmp
     for name in ("text", "utt2spk", "utt2dur"):
         assert [line.split()[0] for line in (frozen / name).read_text().splitlines()] == utts
     assert (frozen / "text").read_text().splitlines()[1] == "fotaq_train_020001p2_rep2 words of fotaq_train_020001p2"
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed "
+                    "(bash scripts/get_tts_voices.sh installs it)")
+def test_a_relay_leg_makes_its_own_indices_and_the_fixed_eval_splits(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    gen = load_gen()
+    monkeypatch.setitem(sys.modules, "gen_corpus_script", gen)  # the worker processes' jobs name it
+    monkeypatch.setattr(gen.voices, "_kokoro_names", lambda: [])
+    monkeypatch.setattr(gen.voices, "TRAIN_FAMILIES", {"espeak": 1.0})
+    monkeypatch.setattr(gen.voices, "HELDOUT_FAMILIES", {"espeak": 1.0})
+    monkeypatch.setattr(gen, "LEG_FAST_FAMILIES", {"espeak": 1.0})
+    monkeypatch.setattr(gen, "LEG_KOKORO_EVERY", 10**9)  # index 0 of a leg only: not made here
+    monkeypatch.setattr(gen, "EVAL_SIZE", 1)
+    monkeypatch.setattr(gen, "LEG_STRIDE", 50)
+    assert gen.leg_families("train", 7) == {"espeak": 1.0} and gen.leg_families("test_open", 0) is None
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for root in roots:
+        frozen_text(root)
+        export_kaldi([dict(row("fotaq_train_x1", split="fotaq_train"), path="wavs/fotaq_train/x1.flac")],
+                     root / "fotaq")
+        (root / "fotaq" / "manifest.jsonl").write_text(json.dumps(
+            dict(row("fotaq_train_x1", split="fotaq_train"), path="wavs/fotaq_train/x1.flac")) + "\n")
+    # minutes 0: the eval utterances, then stop after the first training utterance
+    assert gen.main(["leg", "--root", str(roots[0]), "--seed", "7", "--leg", "2", "--minutes", "0",
+                     "--jobs", "1", *SIZES]) == 0
+    assert gen.main(["leg", "--root", str(roots[1]), "--seed", "7", "--leg", "2", "--minutes", "0.15",
+                     "--jobs", "2", *SIZES]) == 0
+    a, b = ({r["utt"]: r for r in read_rows(root / "manifest.jsonl")} for root in roots)
+    train_a = sorted(u for u in a if u.startswith("train"))
+    assert train_a[0] == "train_000100" and set(train_a) <= set(b)  # leg 2 draws from 2 * LEG_STRIDE up
+    for utt in a:
+        assert {k: v for k, v in a[utt].items() if k != "synth_cpu_s"} == \
+               {k: v for k, v in b[utt].items() if k != "synth_cpu_s"}, utt
+    legs = roots[0] / "legs"
+    utts = [line.split()[0] for line in (legs / "leg2" / "train" / "wav.scp").read_text().splitlines()]
+    assert utts == ["fotaq_train_x1", *train_a]
+    assert str((roots[0] / "fotaq" / "wavs" / "fotaq_train" / "x1.flac").resolve()) in \
+        (legs / "leg2" / "train" / "wav.scp").read_text()
+    for split in ("test_template", "test_digits", "test_open", "test_heldout_voice"):
+        assert len((legs / "eval" / split / "text").read_text().splitlines()) == 1

@@ -127,3 +127,29 @@ def test_emission_slack_trains_with_the_restricted_ctc_loss(corpus: Path, tmp_pa
     restricted = ctc_losses(tmp_path / "held")
     assert restricted[0] > ctc_losses(tmp_path / "plain")[0] + 1e-3
     assert np.isfinite(restricted).all() and np.mean(restricted[-5:]) < np.mean(restricted[:5])
+
+
+def test_a_relay_leg_starts_from_a_model_dir_and_continues_its_schedule(corpus: Path, tmp_path: Path) -> None:
+    first = train(corpus, tmp_path / "leg1", "--max-steps", "3")
+    assert first.returncode == 0, first.stderr
+    model_dir = tmp_path / "leg1" / "final"
+    leg = train(corpus, tmp_path / "leg2", "--max-steps", "2", "--init-from", str(model_dir), "--step-offset", "3",
+                "--rewarm-steps", "4", "--lr", "1e-3", "--band-limit-share", "0.5", "--lead-silence-share", "0.5",
+                "--augment-after", "0")
+    assert leg.returncode == 0, leg.stderr
+    assert "started from" in leg.stderr
+    # the units and CMVN are the model dir's, not retrained
+    for name in ("bpe.model", "global_cmvn"):
+        assert (tmp_path / "leg2" / name).read_bytes() == (model_dir / name).read_bytes()
+    rows = [r.split("\t") for r in (tmp_path / "leg2" / "train_log.tsv").read_text().splitlines()[1:]]
+    assert [r[0] for r in rows] == ["4", "5"]  # global steps
+    from asr_server.asr.training.schedule import lr_at
+    assert [float(r[5]) for r in rows] == pytest.approx([lr_at(4, 1e-3, 2) * 1 / 4, lr_at(5, 1e-3, 2) * 2 / 4],
+                                                        abs=1e-6)
+    # a zero-step leg from the model dir holds its weights (fp16 in final.pt, cast back)
+    same = train(corpus, tmp_path / "leg0", "--max-steps", "0", "--init-from", str(model_dir))
+    assert same.returncode == 0, same.stderr
+    start = torch.load(model_dir / "final.pt", map_location="cpu", weights_only=True)
+    for name, value in weights(tmp_path / "leg0").items():
+        if name in start:
+            torch.testing.assert_close(value, start[name].float(), msg=name)

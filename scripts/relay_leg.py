@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""One leg of the open-English recogniser's relay training (issue 32): everything a leg needs comes from the
+repository, and everything the next leg needs goes back into it.
+
+    python scripts/relay_leg.py --train-minutes 90        # set-up, data, training, evaluation, state
+    git add models/open_en_wip && git commit               # the leg counts once its state is on main
+
+A leg: make this leg's data (``gen_corpus.py leg``, deterministic from the leg number, bounded by
+--data-minutes; an earlier run's data folder is reused when it is there) -> train from the committed weights for
+--train-minutes (``train.py --init-from``; Adam's moments are not carried, they re-warm over --rewarm-steps at
+the schedule's learning rate) -> evaluate on the fixed splits -> write the state folder:
+
+    STATE/final.pt, train.yaml, units.txt, bpe.model, global_cmvn   the model (fp16 weights), a WeNet model dir
+    STATE/relay.json    leg, global step, seeds, network and schedule: all a next leg needs to resume
+    STATE/legs.tsv      one line per leg: data hours, minutes, every split's WER
+
+The machine may be wiped between legs: nothing outside the repository is needed to run the next one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+REPO = Path(__file__).resolve().parent.parent
+ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
+PY = sys.executable
+
+# The relay continues the bundled demo model (same network, units and CMVN; 18,932 steps on synthetic
+# template speech): its acoustic training is reused, and its 199 BPE pieces include every letter and the
+# apostrophe, so any normalised English sentence can be spelled. Fixed at leg 1, read from relay.json after.
+FIRST_STATE = {
+    "leg": 0, "step": 18932, "hours_seen": 0.0, "minutes": 0.0, "seed": 2026, "init_from": "models/demo_en",
+    "network": {"bpe_size": 200, "d_model": 128, "heads": 4, "ffn": 512, "blocks": 6, "dec_blocks": 1,
+                "kernel": 15, "ctc_weight": 0.5, "reverse_weight": 0.3, "dropout": 0.1},
+    # lr_at(step, 4e-3, 1000): 9.2e-4 at step 18,932, 6.3e-4 at 40,000
+    "schedule": {"lr": 4e-3, "warmup": 1000, "curriculum_steps": 0, "full_context_share": 0.3,
+                 "chunk_range": [8, 24], "emission_slack": 4, "batch": 32, "rewarm_steps": 300,
+                 "band_limit_share": 0.25, "lead_silence_share": 0.2},
+}
+# Evaluation splits: (name, folder under ROOT, utterance limit). The 8 kHz variants are the real splits
+# band-limited (8 kHz and back to 16 kHz, 16-bit), as a telephone line delivers them.
+EVAL_SPLITS = [("real", "real", None), ("fotaq_test", "legs/eval/fotaq_test", 200),
+               ("test_open", "legs/eval/test_open", None), ("test_heldout_voice", "legs/eval/test_heldout_voice", None),
+               ("test_digits", "legs/eval/test_digits", None), ("test_template", "legs/eval/test_template", None)]
+BAND_LIMITED = ("real", "fotaq_test")
+LOGGED_MODES = ("offline_greedy", "offline_rescore", "stream_greedy", "stream_rescore")
+LOG_COLUMNS = ("leg", "date", "step", "train_min", "data_h", "hours_seen")
+
+
+def run(cmd: list[str], **kw) -> None:
+    print(f"[{time.strftime('%F %T')}] $ {' '.join(map(str, cmd))}", flush=True)
+    subprocess.run([str(c) for c in cmd], check=True, cwd=REPO, **kw)
+
+
+def setup() -> None:
+    """The voices and the real-speech split (idempotent scripts; minutes on a fresh machine, seconds after)."""
+    run(["bash", "scripts/get_tts_voices.sh"])
+    run(["bash", "scripts/get_real_speech.sh"])
+
+
+def make_data(leg: int, minutes: float) -> Path:
+    train = ROOT / "legs" / f"leg{leg}" / "train"
+    if (train / "text").exists():
+        print(f"leg {leg}'s data is already in {train}: reused", flush=True)
+        return train
+    tts = ROOT / "tts-venv" / "bin" / "python"
+    run([tts, "scripts/gen_corpus.py", "fotaq"])
+    run([tts, "scripts/gen_corpus.py", "leg", "--leg", leg, "--minutes", minutes, "--jobs", os.cpu_count() or 2])
+    return train
+
+
+def band_limited_copy(src: Path, dst: Path, rate: int = 8000) -> Path:
+    """dst: the Kaldi split `src` with every wav passed through `rate` Hz and back to 16 kHz, 16-bit."""
+    if (dst / "text").exists():
+        return dst
+    (dst / "wavs").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for line in (src / "wav.scp").read_text().splitlines():
+        utt, path = line.split(maxsplit=1)
+        audio, sr = sf.read(path, dtype="float32")
+        narrow = soxr.resample(soxr.resample(audio, sr, rate), rate, 16000)
+        out = dst / "wavs" / f"{utt}.wav"
+        sf.write(out, np.clip(narrow, -1, 1), 16000, subtype="PCM_16")
+        lines.append(f"{utt} {out.resolve()}\n")
+    (dst / "wav.scp").write_text("".join(lines))
+    shutil.copyfile(src / "text", dst / "text")
+    return dst
+
+
+def evaluate(model: Path, out_json: Path) -> dict[str, float]:
+    """{split[_8k]/mode: WER} for every evaluation split, offline and streaming (640 ms chunks)."""
+    wer: dict[str, float] = {}
+    for name, folder, limit in EVAL_SPLITS:
+        splits = [(name, ROOT / folder)]
+        if name in BAND_LIMITED:
+            splits.append((f"{name}_8k", band_limited_copy(ROOT / folder, ROOT / "legs" / "eval" / f"{name}_8k")))
+        for label, d in splits:
+            if not (d / "text").exists():
+                print(f"no {d}: {label} not evaluated", flush=True)
+                continue
+            js = out_json.with_name(f"{out_json.stem}_{label}.json")
+            cmd = ["scripts/eval.py", "--model", model, "--data", d, "--threads", os.cpu_count() or 2,
+                   "--json", js, "--show", 3]
+            run([PY, *cmd, *(["--limit", limit] if limit else [])])
+            for figures in json.loads(js.read_text()).values():  # {split: {mode: WER, ...}}
+                for mode in LOGGED_MODES:
+                    wer[f"{label}/{mode}"] = figures[mode]
+    out_json.write_text(json.dumps(wer, indent=1) + "\n")
+    return wer
+
+
+def has_bf16() -> bool:
+    """bf16 autocast pays only where the CPU computes in bf16 (AVX512-BF16 or AMX); elsewhere torch emulates it,
+    many times slower than fp32."""
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def train(state: dict, leg: int, data: Path, minutes: float, state_dir: Path) -> Path:
+    net, sch = state["network"], state["schedule"]
+    exp = ROOT / "exp" / f"leg{leg}"
+    cmd = [PY, "scripts/train.py", "--data", data, "--exp", exp, "--max-minutes", minutes, "--save-minutes", 5,
+           "--threads", os.cpu_count() or 2, "--seed", state["seed"] + leg, "--batch", sch["batch"],
+           "--bpe-size", net["bpe_size"], "--d-model", net["d_model"], "--heads", net["heads"], "--ffn", net["ffn"],
+           "--blocks", net["blocks"], "--dec-blocks", net["dec_blocks"], "--kernel", net["kernel"],
+           "--ctc-weight", net["ctc_weight"], "--reverse-weight", net["reverse_weight"], "--dropout", net["dropout"],
+           "--lr", sch["lr"], "--warmup", sch["warmup"], "--curriculum-steps", sch["curriculum_steps"],
+           "--full-context-share", sch["full_context_share"], "--chunk-range", *sch["chunk_range"],
+           "--emission-slack", sch["emission_slack"], "--band-limit-share", sch["band_limit_share"],
+           "--lead-silence-share", sch["lead_silence_share"], "--step-offset", state["step"]]
+    cmd += ["--init-from", state_dir if state["leg"] > 0 else REPO / state["init_from"],
+            "--rewarm-steps", sch["rewarm_steps"]]
+    if has_bf16():
+        cmd.append("--bf16")
+    run(cmd)
+    run([*cmd, "--finalize", "--fp16-weights"])
+    return exp
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--state", type=Path, default=REPO / "models" / "open_en_wip", help="the committed state folder")
+    ap.add_argument("--data-minutes", type=float, default=30.0, help="synthesis time of this leg's data")
+    ap.add_argument("--train-minutes", type=float, default=90.0, help="training time of this leg")
+    ap.add_argument("--skip-setup", action="store_true", help="voices and real speech are installed")
+    ap.add_argument("--eval-only", type=Path, default=None, metavar="MODEL_DIR",
+                    help="evaluate this model dir on the relay's splits and stop")
+    args = ap.parse_args(argv)
+
+    state_path = args.state / "relay.json"
+    state = json.loads(state_path.read_text()) if state_path.exists() else json.loads(json.dumps(FIRST_STATE))
+    if not args.skip_setup:
+        setup()
+    if args.eval_only:
+        print(json.dumps(evaluate(args.eval_only, ROOT / "legs" / f"eval_{args.eval_only.name}.json"), indent=1))
+        return 0
+    leg = state["leg"] + 1
+    data = make_data(leg, args.data_minutes)
+    data_h = sum(float(line.split()[1]) for line in (data / "utt2dur").read_text().splitlines()) / 3600
+    t0 = time.time()
+    exp = train(state, leg, data, args.train_minutes, args.state)
+    minutes = (time.time() - t0) / 60
+    wer = evaluate(exp / "final", ROOT / "legs" / f"eval_leg{leg}.json")
+
+    import torch
+
+    ckpt = torch.load(exp / "checkpoint.pt", map_location="cpu", weights_only=False)
+    steps = ckpt["state"]["step"]
+    epochs = steps * state["schedule"]["batch"] / max(1, len((data / "text").read_text().splitlines()))
+    args.state.mkdir(parents=True, exist_ok=True)
+    for name in ("final.pt", "train.yaml", "units.txt", "bpe.model", "global_cmvn"):
+        shutil.copyfile(exp / "final" / name, args.state / name)
+    state.update(leg=leg, step=state["step"] + steps, hours_seen=round(state["hours_seen"] + data_h * epochs, 1),
+                 minutes=round(state["minutes"] + minutes, 1))
+    state_path.write_text(json.dumps(state, indent=1) + "\n")
+    log = args.state / "legs.tsv"
+    columns = sorted(wer)
+    if not log.exists():
+        log.write_text("\t".join([*LOG_COLUMNS, *columns]) + "\n")
+    header = log.read_text().splitlines()[0].split("\t")
+    row = {"leg": leg, "date": time.strftime("%F"), "step": state["step"], "train_min": round(minutes, 1),
+           "data_h": round(data_h, 2), "hours_seen": state["hours_seen"], **{k: f"{v:.2f}" for k, v in wer.items()}}
+    with open(log, "a") as fh:
+        fh.write("\t".join(str(row.get(c, "")) for c in header) + "\n")
+    print(f"leg {leg} done: step {state['step']}, {minutes:.0f} min; state in {args.state} (commit it)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
