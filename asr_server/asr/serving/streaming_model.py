@@ -149,7 +149,7 @@ class StreamingRecogniser:
         out = []
         for text, info in zip(texts, details):
             if isinstance(text, StreamFailed):
-                out.append(error_response(text.message, code=None))
+                out.append(error_response(text.message, code=text.code))
                 continue
             # A scalar, as WeNet's model returns it: with the config's `reshape { shape: [ ] }` clients see the
             # transcript as [1], which WeNet's streaming client reads with `as_numpy(...)[0].decode()`.

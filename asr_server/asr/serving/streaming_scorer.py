@@ -50,9 +50,10 @@ class StreamFailed(Exception):
     """A chunk of a stream that failed, or of a stream that failed earlier: the client gets this error
     instead of a transcript, and the stream is not silently restarted (issue 13)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, code: Optional[str] = None) -> None:
         super().__init__(message)
         self.message = message
+        self.code = code  # a TritonError code name ("INVALID_ARG": the client's options); None: INTERNAL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +120,7 @@ class StreamingScorer:
                 try:
                     self.streams[chunk.key] = self._new_stream(chunk, now)
                 except ValueError as exc:  # bad per-request options: this stream fails alone
-                    results[i] = self._fail(chunk, str(exc), now)
+                    results[i] = self._fail(chunk, str(exc), now, code="INVALID_ARG")
                     continue
             state = self.streams.get(chunk.key)
             if state is None:
@@ -322,12 +323,12 @@ class StreamingScorer:
                 hyps[i] = hyp
         return hyps
 
-    def _fail(self, chunk: StreamChunk, reason: str, now: float) -> StreamFailed:
+    def _fail(self, chunk: StreamChunk, reason: str, now: float, code: Optional[str] = None) -> StreamFailed:
         """The stream's state is unusable: drop it and remember why, so its later chunks fail too."""
         self.streams.pop(chunk.key, None)
         if not chunk.end:
             self.failed[chunk.key] = (reason, now)
-        return StreamFailed(f"sequence {chunk.key} failed: {reason}")
+        return StreamFailed(f"sequence {chunk.key} failed: {reason}", code)
 
     def _refuse(self, chunk: StreamChunk, now: float) -> StreamFailed:
         """A chunk without START for a stream this scorer does not hold (failed, or dropped while idle)."""
