@@ -72,6 +72,21 @@ def test_the_search_kernel_stays_in_bounds_whatever_the_bonus(bonus):
         assert all(all(0 <= t < len(SYMBOLS) for t in h.tokens) for h in hyps)
 
 
+def test_a_request_list_is_bounded_by_characters_and_the_cache_by_bytes(monkeypatch):
+    from asr_server.asr.decoding import hotwords
+
+    with pytest.raises(ValueError, match="characters in all"):
+        parse_phrases("|".join(["x" * 199] * 101), 2.0)  # 101 phrases, 20,099 characters
+    hot = Hotwords(Tokenizer(SYMBOLS).encode)
+    one = hot.for_request({"hotwords": "a b c d|a b"})
+    monkeypatch.setattr(hotwords, "CACHE_BYTES", 3 * one.nbytes)
+    for i in range(10):
+        hot.for_request({"hotwords": "a b c d|a b", "hotwords_score": 1 + i})
+        assert hot._cache_bytes == sum(g.nbytes for g in hot._cache.values()) <= 3 * one.nbytes
+    assert len(hot._cache) == 3  # the newest three
+    assert hot.for_request({"hotwords": "a b c d|a b", "hotwords_score": 10}) is hot._cache[("a b c d|a b", 10.0)]
+
+
 def test_the_model_file_must_stay_inside_its_folder(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "hot.txt").write_text("a b\nc:4\n")

@@ -31,6 +31,8 @@ from .numbers import bounded_float
 DEFAULT_SCORE = 2.0  # bonus per matched token (natural-log units; icefall's recipes use 1.5-2)
 MAX_PHRASES = 1000  # per request: a request cannot make the server build an unbounded tree
 MAX_PHRASE_CHARS = 200
+MAX_TOTAL_CHARS = 20_000  # per request, all phrases together: building the tree costs time on the scorer
+CACHE_BYTES = 16 << 20  # the built trees of recent requests kept, at most this many bytes of arrays
 MAX_SCORE = 100.0  # |bonus| per token; 100 nats already outweighs any acoustic evidence
 
 
@@ -49,6 +51,11 @@ class ContextGraph:
     @property
     def empty(self) -> bool:
         return self.child_start[1] == 0
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.child_start, self.child_token, self.child_node, self.fail, self.node_score, self.is_end)
+        return sum(a.nbytes for a in arrays) + sum(len(p) for p in self.phrases)
 
 
 def build_graph(phrases: Sequence[tuple[Sequence[int], float]], names: Sequence[str] = ()) -> ContextGraph:
@@ -118,6 +125,9 @@ def parse_phrases(text: str, default_score: float, separators: str = "|\n") -> l
         out.append((phrase, score))
     if len(out) > MAX_PHRASES:
         raise ValueError(f"{len(out)} hotwords: at most {MAX_PHRASES}")
+    total = sum(len(phrase) for phrase, _ in out)
+    if total > MAX_TOTAL_CHARS:
+        raise ValueError(f"hotwords of {total} characters in all: at most {MAX_TOTAL_CHARS}")
     return out
 
 
@@ -129,7 +139,7 @@ def graph_of(phrases: Sequence[tuple[str, float]], encode: Callable[[str], list[
 class Hotwords:
     """A model's hotwords and the per-request ones, with the trees of recent requests cached."""
 
-    CACHE = 64  # distinct per-request lists kept built
+    CACHE = 64  # distinct per-request lists kept built (and CACHE_BYTES of them at most)
 
     def __init__(self, encode: Callable[[str], list[int]], phrases: Sequence[tuple[str, float]] = (),
                  default_score: float = DEFAULT_SCORE) -> None:
@@ -137,6 +147,7 @@ class Hotwords:
         self.default_score = default_score
         self.model_graph = graph_of(phrases, encode)
         self._cache: dict[tuple[str, float], ContextGraph] = {}
+        self._cache_bytes = 0
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str], model_dir: Optional[Path],
@@ -166,7 +177,10 @@ class Hotwords:
         graph = self._cache.get(key)
         if graph is None:
             graph = graph_of(parse_phrases(str(text), score), self.encode)
-            if len(self._cache) >= self.CACHE:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = graph
+            while self._cache and (len(self._cache) >= self.CACHE
+                                   or self._cache_bytes + graph.nbytes > CACHE_BYTES):
+                self._cache_bytes -= self._cache.pop(next(iter(self._cache))).nbytes  # oldest first
+            if graph.nbytes <= CACHE_BYTES:
+                self._cache[key] = graph
+                self._cache_bytes += graph.nbytes
         return graph
