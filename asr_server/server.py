@@ -111,7 +111,10 @@ class Server:
             raise ServerError(f"failed to load all models: {', '.join(e.name for e in failed)}")
 
     async def _serve(self, app: web.Application, host: str, port: int, ssl_context=None) -> int:
-        runner = web.AppRunner(app, access_log=None, lingering_time=LINGER_S)
+        # shutdown_timeout: how long stop() waits for HTTP requests in flight (a client holding a partial
+        # body included) before closing them; aiohttp's default of 60 s would override --exit-timeout-secs
+        runner = web.AppRunner(app, access_log=None, lingering_time=LINGER_S,
+                               shutdown_timeout=self.settings.exit_timeout_secs)
         await runner.setup()
         site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
         await site.start()

@@ -110,6 +110,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         outbox: asyncio.Queue = asyncio.Queue()
         tasks: set[asyncio.Task] = set()
         done_reading = asyncio.Event()
+        half_closed = asyncio.Event()  # the client ended its requests (set: nothing it sent goes unread)
 
         async def handle(message: pb.ModelInferRequest) -> None:
             try:
@@ -124,6 +125,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                     task = asyncio.get_running_loop().create_task(handle(message))
                     tasks.add(task)
                     task.add_done_callback(lambda t: (tasks.discard(t), outbox.put_nowait(None)))
+                half_closed.set()
             finally:
                 done_reading.set()
                 outbox.put_nowait(None)
@@ -140,6 +142,12 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                     yield item
                 elif done_reading.is_set() and not tasks and outbox.empty():
                     break
+            if self._closing and not half_closed.is_set():
+                # Cut by shutdown while the client could still send: what it sent after the last answer was
+                # not read, so the stream must not end as if all went well (Triton's UNAVAILABLE).
+                context.set_code(grpc.StatusCode.UNAVAILABLE)
+                context.set_details("the server is shutting down: the stream was closed after the answers to "
+                                    "the requests it had read; later ones were not read")
         finally:
             reader.cancel()
             for task in list(tasks):
