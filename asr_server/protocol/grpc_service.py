@@ -24,6 +24,10 @@ from asr_server.protocol.status import GRPC_STATUS
 from asr_server.messages import InferResponse
 
 log = logging.getLogger(__name__)
+# Answers a ModelStreamInfer stream may hold that its client has not taken yet (requests in flight included);
+# past it the stream's requests are not read until the client reads. Bounds a stream's memory by this many
+# responses, whatever the client does.
+MAX_STREAM_BACKLOG = 32
 
 
 def _log_error(method: str, error: ServerError) -> None:
@@ -111,6 +115,11 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         tasks: set[asyncio.Task] = set()
         done_reading = asyncio.Event()
         half_closed = asyncio.Event()  # the client ended its requests (set: nothing it sent goes unread)
+        room = asyncio.Event()  # set when the stream holds fewer than MAX_STREAM_BACKLOG unsent answers
+        room.set()
+
+        def backlog() -> int:
+            return len(tasks) + outbox.qsize()
 
         async def handle(message: pb.ModelInferRequest) -> None:
             try:
@@ -122,6 +131,11 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         async def read() -> None:
             try:
                 async for message in request_iterator:
+                    while backlog() >= MAX_STREAM_BACKLOG:
+                        # A client that does not read its answers: stop reading its requests (gRPC's flow
+                        # control then holds the client back) instead of queueing answers without bound.
+                        room.clear()
+                        await room.wait()
                     task = asyncio.get_running_loop().create_task(handle(message))
                     tasks.add(task)
                     task.add_done_callback(lambda t: (tasks.discard(t), outbox.put_nowait(None)))
@@ -138,6 +152,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             while True:
                 item = await outbox.get()
+                room.set()
                 if item is not None:
                     yield item
                 elif done_reading.is_set() and not tasks and outbox.empty():
