@@ -12,4 +12,4 @@ fi
 # --timestamp-shift-ms: the demo model emits a word's first token ~270 ms and its last ~130 ms after they are
 # spoken, and the first word after a pause ~145 ms later still (medians over 30 espeak-ng sentences kept apart
 # from the evaluation ones, bench/asr_extras.py --calibrate); word times are moved back by that.
-"$PY" scripts/build_model_repo.py --model-dir "$MODEL" --out model_repo --export --timestamp-shift-ms 270,130,145
+"$PY" scripts/build_model_repo.py --model-dir "$MODEL" --out model_repo --force --export --timestamp-shift-ms 270,130,145

@@ -348,13 +348,18 @@ def main() -> int:
     p.add_argument("--export", action="store_true",
                    help="first export the graphs from MODEL_DIR's checkpoint with scripts/export_onnx.py "
                         "(skipped when they are newer than the checkpoint)")
-    p.add_argument("--out", type=Path, default=ROOT / "model_repo")
-    p.add_argument("--beam", type=int, default=10)
+    p.add_argument("--out", type=Path, required=True,
+                   help="the model repository to write (a new or empty folder; an existing one only with --force)")
+    p.add_argument("--force", action="store_true",
+                   help="write into --out although it is not empty (its ASR model folders are replaced, other "
+                        "models kept): the bundled model_repo/ is rebuilt this way by scripts/build_demo_repo.sh")
+    p.add_argument("--beam", type=int, default=10, help="CTC prefix beam width and n-best for rescoring")
     p.add_argument("--chunk-size", type=int, default=16, help="encoder frames per streaming chunk")
     p.add_argument("--right-context", type=int, default=None,
                    help="input frames the subsampling reads ahead (default: from train.yaml's input_layer)")
-    p.add_argument("--subsampling", type=int, default=None, help="default: from train.yaml's input_layer")
-    p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--subsampling", type=int, default=None,
+                   help="input frames per encoder frame (default: from train.yaml's input_layer)")
+    p.add_argument("--max-batch", type=int, default=64, help="max_batch_size of the batching models")
     p.add_argument("--search", choices=("prefix_beam", "greedy"), default="prefix_beam",
                    help="CTC search of the scoring and wenet models")
     p.add_argument("--no-rescoring", dest="rescoring", action="store_false",
@@ -380,6 +385,13 @@ def main() -> int:
     args = p.parse_args()
     if args.instance_process and not args.inline_graphs:
         p.error("--instance-process cannot go with --streaming-bls (a model in its own process cannot call BLS)")
+    missing = [name for name in ("units.txt", "train.yaml") if not (args.model_dir / name).is_file()]
+    if missing:
+        p.error(f"{args.model_dir} is not a WeNet model folder: {' and '.join(missing)} missing (a WeNet "
+                "experiment folder holds train.yaml, units.txt and the checkpoint)")
+    if args.out.exists() and any(args.out.iterdir()) and not args.force:
+        p.error(f"{args.out} is not empty: give a new folder, or --force to write into it (its ASR model "
+                "folders are replaced)")
     SymbolTable.load(args.model_dir / "units.txt")  # fail early on a wrong folder
     rate, context = model_subsampling(args.model_dir)
     args.subsampling = rate if args.subsampling is None else args.subsampling

@@ -153,3 +153,29 @@ def test_committed_configs_are_what_the_set_up_writes(tmp_path):
     stale = [name for name in generated
              if (out / name / "config.pbtxt").read_text() != (ROOT / "model_repo" / name / "config.pbtxt").read_text()]
     assert stale == [], f"regenerate with: bash scripts/build_demo_repo.sh (stale: {stale})"
+
+
+def test_the_command_line_refuses_to_overwrite_or_guess(tmp_path):
+    """--out is required; a non-empty --out needs --force (it once overwrote the bundled model_repo/ while a
+    server served it); a folder that is not a WeNet model says which file is missing."""
+    script = [sys.executable, str(ROOT / "scripts" / "build_model_repo.py")]
+    run = subprocess.run([*script, "--model-dir", str(MODEL_DIR)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--out" in run.stderr
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    run = subprocess.run([*script, "--model-dir", str(MODEL_DIR), "--out", str(taken)], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 2 and "not empty" in run.stderr and "--force" in run.stderr
+    assert [p.name for p in taken.iterdir()] == ["keep.txt"]
+    (tmp_path / "not_a_model").mkdir()
+    (tmp_path / "not_a_model" / "units.txt").write_text("<blank> 0\n")
+    run = subprocess.run([*script, "--model-dir", str(tmp_path / "not_a_model"), "--out", str(tmp_path / "new")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "train.yaml missing" in run.stderr and "Traceback" not in run.stderr
+    helps = subprocess.run([*script, "--help"], capture_output=True, text=True, timeout=60).stdout
+    # every option has a help text: argparse prints an option without one on a line of its own
+    lines = helps.split("options:")[1].splitlines()[1:]
+    bare = [line.strip() for i, line in enumerate(lines) if line.strip().startswith("--")
+            and len(line.strip().split("  ")) == 1 and (i + 1 == len(lines) or lines[i + 1].strip().startswith("-"))]
+    assert bare == [], bare
