@@ -23,7 +23,7 @@ from typing import Optional, Sequence, TextIO
 import tritonclient.grpc.aio as grpcclient
 from tqdm import tqdm
 
-from asr_client import chunking, longform, report, subtitles
+from asr_client import chunking, longform, preflight, report, subtitles
 from asr_client.audio import SAMPLE_RATE, AudioError, load_audio, read_pcm16_blocks
 from asr_client.batch import BatchResult, TranscribeOptions, UtteranceResult, transcribe_files
 from asr_client.inputs import InputError, Utterance, collect_utterances
@@ -177,10 +177,15 @@ async def _stream_command(args: argparse.Namespace) -> int:
         printer = PartialPrinter(sys.stderr)
         if options.details:
             printer = SegmentPrinter(printer, sys.stdout, args.words)
+        args.url = preflight.grpc_url(args.url)
+        async with grpcclient.InferenceServerClient(args.url) as grpc_client:
+            if not await _reachable(grpc_client, args.url):
+                return EXIT_FAILED
+            await preflight.check_model(grpc_client, options.model, streaming=True)
         async with StreamingClient(args.url, options) as client:
             result = await client.transcribe(source, sequence_id=args.sequence_id, on_partial=printer)
         printer.finish()
-    except (AudioError, MicrophoneUnavailable, StreamingError) as error:
+    except (AudioError, MicrophoneUnavailable, StreamingError, preflight.PreflightError) as error:
         print(f"asr-client: {error}", file=sys.stderr)
         return EXIT_FAILED
     finally:
@@ -261,8 +266,18 @@ async def _transcribe_command(args: argparse.Namespace) -> int:
         print("asr-client: no audio found in the inputs", file=sys.stderr)
         return EXIT_USAGE
 
+    try:
+        args.url = preflight.grpc_url(args.url)
+    except preflight.PreflightError as error:
+        print(f"asr-client: {error}", file=sys.stderr)
+        return EXIT_USAGE
     async with grpcclient.InferenceServerClient(args.url) as grpc_client:
         if not await _reachable(grpc_client, args.url):
+            return EXIT_FAILED
+        try:
+            await preflight.check_model(grpc_client, options.model_name, streaming=options.streaming)
+        except preflight.PreflightError as error:
+            print(f"asr-client: {error}", file=sys.stderr)
             return EXIT_FAILED
         before = await _statistics(grpc_client, args.no_server_stats)
         batch = await _run_batch(args, utterances, options, grpc_client)

@@ -150,3 +150,21 @@ async def test_transcribe_against_no_server_says_so_once(corpus, tmp_path, capsy
     rc = await asyncio.to_thread(main, ["transcribe", str(corpus.paths["a"]), "-u", "127.0.0.1:1", "-o", str(results)])
     err = capsys.readouterr().err
     assert rc == 1 and err.count("cannot reach server at 127.0.0.1:1") == 1 and not results.exists()
+
+
+async def test_a_wrong_model_or_url_is_one_line_that_says_what_to_do(url, corpus, capsys):
+    wav = str(corpus.paths["a"])
+    assert await asyncio.to_thread(main, ["stream", wav, "-u", url, "-m", "attention_rescoring"]) == 1
+    err = capsys.readouterr().err
+    assert "model 'attention_rescoring' does not stream" in err and "streaming models here: streaming_wenet" in err
+    assert await asyncio.to_thread(main, ["transcribe", wav, "-u", url, "-m", "streaming_wenet",
+                                          "--no-progress"]) == 1
+    assert "is a streaming model: add --streaming" in capsys.readouterr().err
+    assert await asyncio.to_thread(main, ["transcribe", wav, "-u", url, "-m", "nope", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "model 'nope' is not available" in err and "the server has: attention_rescoring, streaming_wenet" in err
+    # a URL typed with a scheme works; Triton's HTTP port is named as such
+    assert await asyncio.to_thread(main, ["transcribe", wav, "-u", f"http://{url}/", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, ["transcribe", wav, "-u", "http://127.0.0.1:8000"]) == 2
+    assert "asr-client speaks gRPC" in capsys.readouterr().err
