@@ -23,37 +23,48 @@ def _bool(text: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="asr-server", description="Triton-compatible inference server for ASR")
+    p = argparse.ArgumentParser(
+        prog="asr-server", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Triton-compatible inference server for ASR. The options are tritonserver's, with its "
+                    "names and defaults: it binds 0.0.0.0 (every interface) on ports 8000 (HTTP), 8001 (gRPC) "
+                    "and 8002 (metrics) unless told otherwise; give --grpc-address/--http-address 127.0.0.1 to "
+                    "stay on this machine.")
     p.add_argument("--model-repository", "--model-store", action="append", required=True, type=Path,
                    help="model repository folder (repeatable)")
-    p.add_argument("--grpc-address", default="0.0.0.0")
-    p.add_argument("--grpc-port", type=int, default=8001)
-    p.add_argument("--http-address", default="0.0.0.0")
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--metrics-address", default=None, help="defaults to --http-address")
-    p.add_argument("--metrics-port", type=int, default=8002)
-    p.add_argument("--allow-grpc", type=_bool, default=True)
-    p.add_argument("--allow-http", type=_bool, default=True)
-    p.add_argument("--allow-metrics", type=_bool, default=True)
-    p.add_argument("--model-control-mode", choices=MODEL_CONTROL_MODES, default="none")
-    p.add_argument("--load-model", action="append", default=[], help="model to load at start (explicit mode)")
-    p.add_argument("--strict-readiness", type=_bool, default=True)
-    p.add_argument("--repository-poll-secs", type=float, default=15.0)
-    p.add_argument("--exit-on-error", type=_bool, default=True)
-    p.add_argument("--exit-timeout-secs", type=float, default=30.0)
-    p.add_argument("--log-verbose", type=int, default=0)
-    p.add_argument("--grpc-max-message-bytes", type=int, default=1 << 30)
+    p.add_argument("--grpc-address", default="0.0.0.0", help="address the gRPC endpoint binds")
+    p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (0: any free port)")
+    p.add_argument("--http-address", default="0.0.0.0", help="address the HTTP/REST endpoint binds")
+    p.add_argument("--http-port", type=int, default=8000, help="HTTP port (0: any free port)")
+    p.add_argument("--metrics-address", default=None, help="address of the Prometheus endpoint (default: "
+                                                          "--http-address)")
+    p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics port (GET /metrics)")
+    p.add_argument("--allow-grpc", type=_bool, default=True, help="serve gRPC")
+    p.add_argument("--allow-http", type=_bool, default=True, help="serve HTTP/REST")
+    p.add_argument("--allow-metrics", type=_bool, default=True, help="serve metrics")
+    p.add_argument("--model-control-mode", choices=MODEL_CONTROL_MODES, default="none",
+                   help="none: load every model at start; explicit: load/unload on request (--load-model at "
+                        "start); poll: follow the repository's changes")
+    p.add_argument("--load-model", action="append", default=[], help="model to load at start (explicit mode; "
+                                                                     "repeatable, * for all)")
+    p.add_argument("--strict-readiness", type=_bool, default=True,
+                   help="the server is ready only when every model is")
+    p.add_argument("--repository-poll-secs", type=float, default=15.0, help="poll mode: seconds between polls")
+    p.add_argument("--exit-on-error", type=_bool, default=True, help="exit when a model fails to load at start")
+    p.add_argument("--exit-timeout-secs", type=float, default=30.0,
+                   help="on SIGTERM: seconds accepted requests may take before they are cancelled")
+    p.add_argument("--log-verbose", type=int, default=0, help="1 and above: debug logging")
+    p.add_argument("--grpc-max-message-bytes", type=int, default=1 << 30, help="largest gRPC message")
     p.add_argument("--grpc-restricted-protocol", action="append", default=[],
                    help="<protocol>[,<protocol>...]:<key>=<value>: calls need header triton-grpc-protocol-<key>")
     p.add_argument("--http-restricted-api", action="append", default=[],
                    help="<api>[,<api>...]:<key>=<value>: requests need header <key>: <value>")
-    p.add_argument("--grpc-use-ssl", type=_bool, default=False)
-    p.add_argument("--grpc-use-ssl-mutual", type=_bool, default=False)
-    p.add_argument("--grpc-server-cert", type=Path, default=None)
-    p.add_argument("--grpc-server-key", type=Path, default=None)
-    p.add_argument("--grpc-root-cert", type=Path, default=None)
+    p.add_argument("--grpc-use-ssl", type=_bool, default=False, help="serve gRPC over TLS")
+    p.add_argument("--grpc-use-ssl-mutual", type=_bool, default=False, help="require client certificates")
+    p.add_argument("--grpc-server-cert", type=Path, default=None, help="gRPC TLS certificate (PEM)")
+    p.add_argument("--grpc-server-key", type=Path, default=None, help="gRPC TLS private key (PEM)")
+    p.add_argument("--grpc-root-cert", type=Path, default=None, help="CA that signs client certificates (PEM)")
     p.add_argument("--http-ssl-cert", type=Path, default=None, help="serve HTTPS with this certificate (PEM)")
-    p.add_argument("--http-ssl-key", type=Path, default=None)
+    p.add_argument("--http-ssl-key", type=Path, default=None, help="HTTPS private key (PEM)")
     p.add_argument("--http-max-input-size", type=int, default=64 << 20, help="bytes; larger HTTP bodies get 413")
     return p
 

@@ -8,8 +8,10 @@ unload every model.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 from typing import Optional
 
 import grpc
@@ -57,6 +59,7 @@ class Server:
             raise
 
     async def _start(self) -> None:
+        self._check_ports_free()
         for line in gpu_devices.describe_gpus():  # Triton logs the GPUs it found the same way
             log.info("%s", line)
         await self._load_startup_models()
@@ -95,6 +98,25 @@ class Server:
         if s.model_control_mode == "poll":
             self._poll_task = asyncio.get_running_loop().create_task(self._poll_loop())
         gc_freeze.settle()
+
+    def _check_ports_free(self) -> None:
+        """A port in use is found before any model loads (minutes for a big repository), and said in one line
+        (tritonserver's words) instead of a bind error after the load."""
+        s = self.settings
+        for service, enabled, address, port in (("GRPC", s.allow_grpc, s.grpc_address, s.grpc_port),
+                                                ("HTTP", s.allow_http, s.http_address, s.http_port),
+                                                ("Metrics", s.allow_metrics, s.metrics_address, s.metrics_port)):
+            if not enabled or port == 0:
+                continue
+            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
+                try:
+                    probe.bind((address, port))
+                except OSError as exc:
+                    reason = "already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+                    raise ServerError(f"failed to start {service} service: Unavailable - Socket "
+                                      f"'{address}:{port}' {reason}") from None
 
     async def _load_startup_models(self) -> None:
         s = self.settings

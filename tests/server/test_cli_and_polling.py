@@ -79,6 +79,37 @@ def test_command_exits_non_zero_when_a_model_fails_and_exit_on_error(tmp_path: P
     assert "failed to load all models: broken" in result.stderr
 
 
+def test_a_busy_port_is_one_line_before_any_model_loads(tmp_path: Path):
+    import socket
+
+    from tests.conftest import BUNDLED_REPO, copy_model
+
+    copy_model(tmp_path, BUNDLED_REPO / "add_sub")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "asr_server", "--model-repository", str(tmp_path), "--grpc-address", "127.0.0.1",
+             "--grpc-port", "0", "--http-address", "127.0.0.1", "--http-port", str(port), "--allow-metrics",
+             "false"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"failed to start HTTP service: Unavailable - Socket '127.0.0.1:{port}' already in use" in result.stderr
+    assert "loading" not in result.stderr.lower() and "Traceback" not in result.stderr
+
+
+def test_help_gives_every_option_a_meaning_and_its_default():
+    from asr_server.cli import build_parser
+
+    parser = build_parser()
+    text = parser.format_help()
+    assert "0.0.0.0 (every interface)" in text
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.help, f"{action.option_strings[0]} has no help"
+    assert "(default: 8001)" in text and "(default: 30.0)" in text
+
+
 async def wait_until(predicate, timeout_s: float = 20.0) -> bool:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while asyncio.get_running_loop().time() < deadline:
