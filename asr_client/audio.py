@@ -1,6 +1,7 @@
 """Audio in the form the ASR pipelines take: mono float32 samples in [-1, 1] at 16 kHz.
 
-Files are read with soundfile (any format libsndfile knows), mixed down to mono and resampled with soxr.
+Files are read with soundfile (WAV, FLAC, Ogg/Vorbis/Opus, MP3: what libsndfile knows) and, for everything
+else ffmpeg decodes (m4a/AAC, webm, mp4, ...), with PyAV; mixed down to mono and resampled with soxr.
 Raw 16-bit PCM (stdin, microphone) arrives in blocks and is converted block by block.
 """
 
@@ -50,20 +51,57 @@ def resample(samples: np.ndarray, source_rate: int, target_rate: int = SAMPLE_RA
 
 
 def load_audio(path: str | Path) -> Audio:
-    """Read any soundfile-readable file as mono 16 kHz float32; raise AudioError if it cannot be read."""
+    """Read an audio file (soundfile, else PyAV) as mono 16 kHz float32; AudioError if it cannot be read."""
     path = Path(path)
+    if not path.is_file():
+        raise AudioError(f"cannot read audio file {path}: "
+                         f"{'it is a folder' if path.is_dir() else 'No such file'}")
     try:
         data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
     except Exception as error:  # soundfile raises LibsndfileError, RuntimeError, OSError, TypeError...
         # LibsndfileError's str() repeats the path; its error_string is just the reason.
         reason = getattr(error, "error_string", None) or str(error)
-        raise AudioError(f"cannot read audio file {path}: {reason}") from error
+        try:
+            data, rate = decode_with_av(path)
+        except AvUnavailable:
+            raise AudioError(f"cannot read audio file {path}: {reason} (soundfile reads WAV, FLAC, Ogg and MP3; "
+                             "for m4a, webm, mp4, aac and the rest install PyAV: pip install av)") from error
+        except Exception as av_error:  # noqa: BLE001 - neither decoder could: say both reasons
+            raise AudioError(f"cannot read audio file {path}: {reason}; ffmpeg (PyAV): "
+                             f"{str(av_error).splitlines()[0] if str(av_error) else type(av_error).__name__}"
+                             ) from error
     if data.shape[0] == 0:
         raise AudioError(f"audio file {path} has no samples")
     samples = resample(to_mono(data) if data.shape[1] > 1 else data[:, 0], rate)
     # Resampling can overshoot full scale by a hair; the pipelines expect [-1, 1].
     np.clip(samples, -1.0, 1.0, out=samples)
     return Audio(samples=samples, source_rate=int(rate), source_channels=int(data.shape[1]))
+
+
+class AvUnavailable(Exception):
+    """PyAV is not installed."""
+
+
+def decode_with_av(source) -> tuple[np.ndarray, int]:
+    """(frames, channels) float32 and the rate of the first audio stream of a file (or file object) that ffmpeg
+    decodes, through PyAV."""
+    try:
+        import av
+    except ImportError:
+        raise AvUnavailable() from None
+    with av.open(source if not isinstance(source, Path) else str(source)) as container:
+        streams = [s for s in container.streams if s.type == "audio"]
+        if not streams:
+            raise ValueError("no audio stream")
+        stream = streams[0]
+        rate, channels = stream.codec_context.sample_rate, stream.codec_context.channels
+        blocks = []
+        packed = av.AudioResampler(format="flt")  # packed float32 whatever the codec's sample format
+        for frame in container.decode(stream):
+            for out in packed.resample(frame):  # (1, samples * channels) -> (samples, channels)
+                blocks.append(out.to_ndarray().reshape(-1, channels))
+    data = np.concatenate(blocks) if blocks else np.zeros((0, channels), np.float32)
+    return data.astype(np.float32, copy=False), int(rate)
 
 
 def pcm16_to_float(block: bytes) -> np.ndarray:

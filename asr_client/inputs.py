@@ -14,11 +14,18 @@ list's own folder.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".ogg", ".opus", ".mp3", ".aiff", ".aif", ".au", ".sph"})
+log = logging.getLogger("asr_client")
+
+# files a data folder holds beside its audio, skipped without a word
+NOT_AUDIO_SUFFIXES = frozenset({".txt", ".scp", ".jsonl", ".json", ".tsv", ".csv", ".md", ".lab", ".srt", ".vtt"})
+AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".ogg", ".opus", ".mp3", ".aiff", ".aif", ".au", ".sph",
+                            # decoded by PyAV (ffmpeg) when soundfile cannot
+                            ".m4a", ".aac", ".mp4", ".webm", ".mkv", ".wma", ".amr", ".3gp", ".caf", ".mov"})
 PATH_FIELDS = ("audio_filepath", "audio", "wav", "path")
 KEY_FIELDS = ("key", "id", "utt", "utt_id")
 
@@ -99,7 +106,13 @@ def _expand(path: Path, data_dir: Optional[Path]) -> list[Utterance]:
     if path.is_dir():
         if (path / "wav.scp").is_file():
             return _scp_with_text(path / "wav.scp", data_dir)
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+        everything = sorted(p for p in path.rglob("*") if p.is_file())
+        files = [p for p in everything if p.suffix.lower() in AUDIO_SUFFIXES]
+        skipped = [p for p in everything if p.suffix.lower() not in AUDIO_SUFFIXES | NOT_AUDIO_SUFFIXES]
+        if skipped:  # say so: a folder of .m4b or .voc files must not look like an empty folder
+            names = ", ".join(str(p.relative_to(path)) for p in skipped[:5]) + (" ..." if len(skipped) > 5 else "")
+            log.warning("skipped %d file(s) in %s whose suffix is not a known audio format (%s): %s", len(skipped),
+                        path, " ".join(sorted(AUDIO_SUFFIXES)), names)
         return [Utterance(key=_folder_key(p, path), path=p) for p in files]
     if path.suffix == ".scp":
         return _scp_with_text(path, data_dir)

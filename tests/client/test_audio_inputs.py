@@ -122,3 +122,41 @@ def test_inputs_folder_scp_text_manifest_and_overrides(tmp_path: Path):
     (tmp_path / "bad.scp").write_text("lonely\n")
     with pytest.raises(InputError, match="bad.scp:1"):
         collect_utterances([tmp_path / "bad.scp"])
+
+
+def encode_with_av(path: Path, samples: np.ndarray, rate: int, codec: str) -> None:
+    av = pytest.importorskip("av", reason="PyAV decodes what soundfile cannot")
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=rate, layout="mono")
+        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1).astype(np.float32), format="flt", layout="mono")
+        frame.sample_rate = rate
+        for packet in stream.encode(frame):
+            container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+
+
+def test_formats_soundfile_cannot_read_are_decoded_with_pyav(tmp_path: Path):
+    samples = tones("five", rate=22050, noise=0.0)
+    path = tmp_path / "memo.m4a"
+    encode_with_av(path, samples, 22050, "aac")
+    audio = load_audio(path)
+    assert audio.source_rate == 22050 and audio.source_channels == 1
+    assert abs(len(audio.samples) - len(samples) * 16000 / 22050) < 0.1 * 16000  # AAC pads its frames
+    spectrum = np.abs(np.fft.rfft(audio.samples))
+    assert np.argmax(spectrum) * 16000 / len(audio.samples) == pytest.approx(900, abs=10)
+
+
+def test_a_missing_file_says_no_such_file_and_a_folder_says_what_it_skipped(tmp_path: Path, caplog):
+    with pytest.raises(AudioError, match="missing.wav: No such file"):
+        load_audio(tmp_path / "missing.wav")
+    folder = tmp_path / "calls"
+    folder.mkdir()
+    soundfile.write(folder / "a.wav", tones("one", rate=16000), 16000)
+    (folder / "b.m4a").write_bytes(b"")  # a known format: listed, and reported if unreadable
+    (folder / "c.voc").write_bytes(b"")
+    (folder / "notes.txt").write_text("not audio, not worth a word")
+    with caplog.at_level("WARNING", logger="asr_client"):
+        keys = [u.key for u in collect_utterances([folder])]
+    assert keys == ["a", "b"]
+    assert "skipped 1 file(s)" in caplog.text and "c.voc" in caplog.text and "notes.txt" not in caplog.text
