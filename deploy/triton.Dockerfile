@@ -10,6 +10,7 @@ FROM nvcr.io/nvidia/tritonserver:24.10-py3
 WORKDIR /opt/asr-server
 COPY pyproject.toml README.md ./
 COPY asr_server asr_server
-COPY client client
+COPY asr_client asr_client
+COPY asr_data asr_data
 RUN pip install --no-cache-dir .
 EXPOSE 8000 8001 8002
