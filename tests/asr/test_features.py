@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from asr_server.asr.features.cmvn import CmvnStats, load_cmvn, save_json_cmvn
-from asr_server.asr.features.fbank import (FbankConfig, StreamingFbank, batch_fbank, batch_fbank_computer,
+from asr_server.asr.features.fbank import (FbankConfig, rounding_noise_floor, StreamingFbank, batch_fbank, batch_fbank_computer,
                                      checked_waveform, fbank)
 
 
@@ -26,7 +26,8 @@ def test_fbank_scales_to_int16_range():
     raw = fbank(w * 32768.0, FbankConfig(scale_to_int16=False))
     np.testing.assert_allclose(scaled, raw, atol=1e-4)
     # log-mel energies of int16-range audio are far above those of [-1, 1] audio: log(32768^2) ~ 20.8
-    assert float(np.mean(scaled - fbank(w, FbankConfig(scale_to_int16=False)))) == pytest.approx(20.8, abs=0.1)
+    tiny = fbank(w, FbankConfig(scale_to_int16=False, noise_floor=False))  # amplitude 0.5 of one int16 step
+    assert float(np.mean(scaled - tiny)) == pytest.approx(20.8, abs=0.1)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -238,3 +239,26 @@ def test_numpy_fbank_batched_equals_one_by_one_and_streams_like_whole_utterances
         np.testing.assert_allclose(got[key], fbank(w, config), atol=2e-3, rtol=1e-4)
     with pytest.raises(ValueError, match="snip_edges"):
         NumpyFbank(FbankConfig(snip_edges=False))
+
+
+def test_band_limited_float_audio_gets_the_features_of_its_16_bit_file():
+    """8 kHz audio resampled in float has an emptier upper band than any 16-bit file: without the noise floor its
+    log energies there fall to log(float epsilon) and the recogniser hears garbage (issue 34)."""
+    import soxr
+
+    rng = np.random.default_rng(3)
+    speechy = (rng.standard_normal(16000) * 0.1).astype(np.float32)
+    narrow = soxr.resample(soxr.resample(speechy, 16000, 8000), 8000, 16000)[:16000].astype(np.float32)
+    as_file = np.round(narrow * 32768) / 32768  # the same audio written as 16-bit
+    plain = FbankConfig(noise_floor=False)
+    upper = slice(65, 80)  # mel bins above 4 kHz
+    assert fbank(narrow, plain)[:, upper].mean() < fbank(as_file, plain)[:, upper].mean() - 5  # the gap
+    floored, file_floored = fbank(narrow), fbank(as_file)
+    assert abs(floored[:, upper].mean() - file_floored[:, upper].mean()) < 1.0
+    np.testing.assert_allclose(floored[:, :50], fbank(narrow, plain)[:, :50], atol=1e-5)  # speech band untouched
+    floor = rounding_noise_floor(FbankConfig())
+    assert floor.shape == (80,) and np.all(floor > -6) and np.all(floor < 8)
+    # every backend floors alike
+    from asr_server.asr.features.fbank import NumpyFbank
+
+    np.testing.assert_allclose(NumpyFbank(FbankConfig())([narrow])[0], floored, atol=1e-3)

@@ -3,10 +3,19 @@
 WeNet's ``compute_fbank`` scales float samples in [-1, 1] to the int16 range (Kaldi's convention) and calls
 Kaldi fbank with dither 0 at inference, 25 ms windows, 10 ms shift and ``snip_edges=True``; these defaults
 reproduce that, so a WeNet checkpoint sees the features it was trained on.
+
+One addition (``FbankConfig.noise_floor``): every log-mel energy is floored at that of 16-bit rounding noise.
+Audio resampled in float from 8 or 11.025 kHz has an upper band emptier than any 16-bit file holds; with dither 0
+its log energies there fall to log(float epsilon), far outside what a model saw in training, and an 8 kHz call
+came out as garbage while the same audio saved as 16-bit was heard. With the floor both give the same features,
+whichever client resampled; above that level (all real recordings) nothing changes. The floor is elementwise, so
+streaming features still equal whole-utterance ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -29,6 +38,7 @@ class FbankConfig:
     dither: float = 0.0             # 0 at inference: features are deterministic
     snip_edges: bool = True         # Kaldi/WeNet default; sherpa-onnx uses False
     scale_to_int16: bool = True     # input is float in [-1, 1]; Kaldi expects int16-range values
+    noise_floor: bool = True        # log-mel energies floored at 16-bit rounding noise's (module docstring)
 
     @property
     def window_samples(self) -> int:
@@ -68,6 +78,28 @@ class FbankConfig:
         return opts
 
 
+NOISE_FLOOR_SECONDS = 20  # of seeded rounding noise measured for the floor (2,000 frames: a smooth mean)
+
+
+@functools.lru_cache(maxsize=8)
+def rounding_noise_floor(config: FbankConfig) -> np.ndarray:
+    """(num_mel_bins,) float32: the log of the mean mel energies of 16-bit rounding noise (uniform in +-0.5 of
+    one int16 step), as these options compute them."""
+    plain = dataclasses.replace(config, noise_floor=False)
+    noise = np.random.default_rng(0).uniform(-0.5, 0.5, config.sample_rate * NOISE_FLOOR_SECONDS)
+    if config.scale_to_int16:
+        noise = noise / INT16_SCALE
+    energies = np.exp(fbank(noise.astype(np.float32), plain).astype(np.float64)).mean(axis=0)
+    return np.log(energies).astype(np.float32)
+
+
+def apply_noise_floor(feats: np.ndarray, config: FbankConfig) -> np.ndarray:
+    """``feats`` (frames, num_mel_bins) log-mel, floored in place when the config asks for it; returned."""
+    if config.noise_floor and feats.size:
+        np.maximum(feats, rounding_noise_floor(config), out=feats)
+    return feats
+
+
 def checked_waveform(samples: np.ndarray, length: int) -> np.ndarray:
     """The first `length` samples of a request's audio, or ValueError in the client's terms (WAV, WAV_LENS).
 
@@ -94,7 +126,8 @@ def fbank(waveform: np.ndarray, config: FbankConfig = FbankConfig()) -> np.ndarr
     n = computer.num_frames_ready
     if n == 0:
         return np.zeros((0, config.num_mel_bins), dtype=np.float32)
-    return np.stack([computer.get_frame(i) for i in range(n)]).astype(np.float32, copy=False)
+    feats = np.stack([computer.get_frame(i) for i in range(n)]).astype(np.float32, copy=False)
+    return apply_noise_floor(feats, config)
 
 
 def batch_fbank(waveforms: Sequence[np.ndarray], config: FbankConfig = FbankConfig(),
@@ -218,6 +251,7 @@ class NumpyFbank:
                           self._mel_stop, feats[rows])
         # numpy's float32 log is vectorised (SIMD); Kaldi floors the energies at float epsilon first
         np.log(np.maximum(feats, _FLT_EPSILON, out=feats), out=feats)
+        apply_noise_floor(feats, c)
         return list(np.split(feats, np.cumsum(counts)[:-1]))
 
 
@@ -254,7 +288,7 @@ class KaldifeatFbank:
             with self._torch.no_grad():
                 feats = self._compute(batch)  # one batched call for every utterance
             for i, f in zip(where, feats):
-                out[i] = f.to("cpu").numpy().astype(np.float32, copy=False)
+                out[i] = apply_noise_floor(f.to("cpu").numpy().astype(np.float32), self.config)
         return out
 
 

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from asr_server.asr.features.fbank import _FLT_EPSILON, FbankConfig, NumpyFbank
+from asr_server.asr.features.fbank import _FLT_EPSILON, FbankConfig, NumpyFbank, apply_noise_floor
 
 
 class TorchFbank:
@@ -51,4 +51,5 @@ class TorchFbank:
         z = (z - NumpyFbank.PREEMPHASIS * previous) * self.window
         power = torch.fft.rfft(z, n=self.fft_size).abs().square()
         feats = torch.log(torch.clamp(power @ self.banks_t, min=_FLT_EPSILON)).to(torch.float32).cpu().numpy()
+        apply_noise_floor(feats, c)
         return list(np.split(feats, np.cumsum(counts)[:-1]))
