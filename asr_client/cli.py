@@ -23,7 +23,7 @@ from typing import Optional, Sequence, TextIO
 import tritonclient.grpc.aio as grpcclient
 from tqdm import tqdm
 
-from asr_client import chunking, longform, preflight, report, subtitles
+from asr_client import chunking, longform, preflight, report, subtitles, writers
 from asr_client.audio import SAMPLE_RATE, AudioError, load_audio, read_pcm16_blocks
 from asr_client.batch import BatchResult, TranscribeOptions, UtteranceResult, transcribe_files
 from asr_client.inputs import InputError, Utterance, collect_utterances
@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--long", action="store_true",
                        help="files of any length: cut at pauses, pieces transcribed in parallel, words stitched")
     batch.add_argument("--words", action="store_true", help="each result carries its words with start/end times")
+    batch.add_argument("--output-dir", default=None,
+                       help="also write each input's result to OUTPUT_DIR/<key>.<format> (see --output-format)")
+    batch.add_argument("--output-format", default="all",
+                       help="with --output-dir: comma-separated txt, json, srt, vtt, tsv, or all (default all)")
     batch.add_argument("--format", choices=("jsonl", "srt", "vtt"), default="jsonl",
                        help="jsonl (default), or subtitles of one input file (srt/vtt; implies --words)")
     return parser
@@ -257,7 +261,9 @@ async def _transcribe_command(args: argparse.Namespace) -> int:
             stream=StreamOptions(chunk_ms=args.chunk_ms, wenet_chunks=args.wenet_chunks,
                                  lookahead_ms=args.lookahead_ms, realtime=args.realtime),
             parameters={"hotwords": args.hotwords} if args.hotwords else None,
-            words=args.words or args.format != "jsonl", long=args.long,
+            words=args.words or args.format != "jsonl" or bool(
+                args.output_dir and set(writers.parse_formats(args.output_format)) & writers.NEEDS_WORDS),
+            long=args.long,
         )
     except (InputError, OSError, ValueError) as error:
         print(f"asr-client: {error}", file=sys.stderr)
@@ -307,6 +313,8 @@ async def _run_batch(
             render = subtitles.to_srt if args.format == "srt" else subtitles.to_vtt
             output.write(render(subtitles.cues(timed)))
         output.flush()
+        if args.output_dir and result.ok:
+            writers.write_all(result, Path(args.output_dir), writers.parse_formats(args.output_format))
         if result.error is not None:
             # tqdm.write keeps the bar intact below the message.
             tqdm.write(f"skipped {result.key}: {result.error}", file=sys.stderr)
