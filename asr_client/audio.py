@@ -78,6 +78,27 @@ def load_audio(path: str | Path) -> Audio:
     return Audio(samples=samples, source_rate=int(rate), source_channels=int(data.shape[1]))
 
 
+def decode_audio_bytes(data: bytes, name: str = "upload") -> Audio:
+    """An uploaded file's bytes (any format soundfile or PyAV reads) as mono 16 kHz float32; AudioError if not."""
+    import io
+
+    try:
+        frames, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except Exception as error:  # noqa: BLE001 - then ffmpeg's decoders
+        reason = getattr(error, "error_string", None) or str(error)
+        try:
+            frames, rate = decode_with_av(io.BytesIO(data))
+        except AvUnavailable:
+            raise AudioError(f"cannot read audio file {name}: {reason}") from error
+        except Exception as av_error:  # noqa: BLE001
+            raise AudioError(f"cannot read audio file {name}: {reason}; ffmpeg (PyAV): {av_error}") from error
+    if frames.shape[0] == 0:
+        raise AudioError(f"audio file {name} has no samples")
+    samples = resample(to_mono(frames) if frames.shape[1] > 1 else frames[:, 0], rate)
+    np.clip(samples, -1.0, 1.0, out=samples)
+    return Audio(samples=samples, source_rate=int(rate), source_channels=int(frames.shape[1]))
+
+
 class AvUnavailable(Exception):
     """PyAV is not installed."""
 
@@ -89,7 +110,7 @@ def decode_with_av(source) -> tuple[np.ndarray, int]:
         import av
     except ImportError:
         raise AvUnavailable() from None
-    with av.open(source if not isinstance(source, Path) else str(source)) as container:
+    with av.open(str(source) if isinstance(source, Path) else source) as container:
         streams = [s for s in container.streams if s.type == "audio"]
         if not streams:
             raise ValueError("no audio stream")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Awaitable, Callable, Optional
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
@@ -164,6 +164,26 @@ async def transcribe_long(grpc_client: grpcclient.InferenceServerClient, samples
                           parameters: Optional[dict] = None, max_piece_s: float = MAX_PIECE_S,
                           timeout_s: Optional[float] = None) -> LongResult:
     """samples: (n,) float32 at 16 kHz. Pieces run ``concurrency`` at a time; words come back stitched."""
+
+    async def recognize(piece: np.ndarray, request_id: str, request_parameters: dict):
+        try:
+            return await offline.recognize(grpc_client, piece, model, request_id=request_id, timeout_s=timeout_s,
+                                           parameters=request_parameters, details=True)
+        except offline.OfflineError as error:
+            return error
+
+    return await transcribe_pieces(recognize, samples, concurrency, parameters, max_piece_s)
+
+
+# recognize(samples of a piece, request id, request parameters) -> an object with .text and .details (the
+# DETAILS dict), or the exception that failed the piece
+Recognize = Callable[[np.ndarray, str, dict], Awaitable[Any]]
+
+
+async def transcribe_pieces(recognize: Recognize, samples: np.ndarray, concurrency: int = 4,
+                            parameters: Optional[dict] = None, max_piece_s: float = MAX_PIECE_S) -> LongResult:
+    """The long-audio path over any way of recognising one piece (a gRPC client above; the server's own core
+    for its OpenAI-style endpoint)."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     pieces = await asyncio.to_thread(find_pieces, samples, max_piece_s)
@@ -172,12 +192,7 @@ async def transcribe_long(grpc_client: grpcclient.InferenceServerClient, samples
 
     async def one(index: int, piece: Piece):
         async with gate:
-            try:
-                return await offline.recognize(grpc_client, samples[piece.start:piece.end], model,
-                                               request_id=f"piece-{index}", timeout_s=timeout_s,
-                                               parameters=request_parameters, details=True)
-            except offline.OfflineError as error:
-                return error
+            return await recognize(samples[piece.start:piece.end], f"piece-{index}", request_parameters)
 
     # longest first: requests in flight together have similar lengths, so the server's dynamic batcher pads
     # a batch little (a batch costs as much as its longest piece); the answers go back into file order
