@@ -19,7 +19,7 @@ from aiohttp import web
 
 from asr_server.core import InferenceCore
 from asr_server.errors import ErrorCode, ServerError, as_server_error, invalid_argument
-from asr_server.protocol import openai_api
+from asr_server.protocol import openai_api, websocket_asr
 from asr_server.protocol import http_converters as hc
 from asr_server.protocol import parameters as rules
 from asr_server.protocol.runtime_settings import RuntimeSettings
@@ -291,4 +291,5 @@ def make_app(core: InferenceCore, settings: RuntimeSettings, max_body_bytes: int
     r.add_get("/v2/models/{model}/trace/setting", service.get_trace)
     r.add_post("/v2/models/{model}/trace/setting", service.post_trace)
     openai_api.add_routes(app, core, max_body_bytes)
+    websocket_asr.add_routes(app, core)
     return app

@@ -1,0 +1,302 @@
+"""Streaming recognition over WebSocket on the HTTP port, in the two dialects people already have clients for.
+
+Both clients connect to ``ws://host:port/`` (any path), so the dialect is told by the first message:
+
+- WeNet's runtime protocol (its websocket_server_main; its C++ client and web demo): a text frame
+  ``{"signal": "start", "nbest": N, "continuous_decoding": bool}``, then binary frames of 16 kHz int16
+  little-endian PCM, then ``{"signal": "end"}``. Replies are text frames: ``{"status": "ok", "type":
+  "server_ready"}``; ``partial_result`` and ``final_result`` whose ``nbest`` is a JSON *string* holding a list of
+  ``{"sentence": ...}`` (finals add ``word_pieces`` with ``word``, ``start``, ``end`` in integer ms);
+  ``speech_end`` last; ``{"status": "failed", "message": ...}`` on errors. With continuous_decoding the stream
+  is cut into segments at pauses (endpointing), each with its final_result.
+- sherpa-onnx's online protocol (its online-websocket-client and Python examples): binary frames of float32
+  little-endian samples at 16 kHz, then the text frame ``Done``. After each chunk a JSON text frame ``{"text",
+  "tokens", "timestamps", "ys_probs", "lm_probs", "context_scores", "segment", "words", "start_time",
+  "is_final", "is_eof"}`` (timestamps relative to ``start_time``); segments end at pauses (is_final); after
+  ``Done`` the last result (is_final and is_eof) and the text frame ``Done!``.
+
+Each socket is one sequence on ``streaming_wenet`` (or ``?model=NAME``); a socket that drops, errs or idles
+past ``IDLE_S`` frees its sequence at once. Query parameters ``hotwords`` and ``hotwords_score`` reach the
+model as on gRPC. Audio is passed on in chunks of at least ``MIN_CHUNK_S`` (a microphone's 50 ms blocks would
+otherwise cost one request each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from aiohttp import WSMsgType, web
+
+from asr_server.core import InferenceCore
+from asr_server.errors import ServerError
+from asr_server.protocol.asr_calls import SAMPLE_RATE, Recognized, StreamCall, model_has_details
+
+log = logging.getLogger(__name__)
+DEFAULT_MODEL = "streaming_wenet"
+MIN_CHUNK_S = 0.3  # audio gathered before a request to the model
+IDLE_S = 30.0  # a socket that sends nothing for this long is closed and its sequence freed
+MAX_MESSAGE_BYTES = 4 << 20  # one frame: 2 minutes of int16 or 1 minute of float32 audio
+
+
+class ProtocolError(Exception):
+    """The client broke its dialect's rules: told, then the socket is closed."""
+
+
+def is_websocket(request: web.Request) -> bool:
+    return request.headers.get("Upgrade", "").lower() == "websocket"
+
+
+class Dialect:
+    """What differs between the two protocols: how audio frames decode and how results are told."""
+
+    name = ""
+    sample_bytes = 2
+
+    def __init__(self, ws: web.WebSocketResponse):
+        self.ws = ws
+
+    def samples(self, data: bytes) -> np.ndarray:
+        raise NotImplementedError
+
+    async def partial(self, text: str, details: dict) -> None:
+        raise NotImplementedError
+
+    async def final(self, segment: dict, last: bool) -> None:
+        raise NotImplementedError
+
+    async def error(self, message: str) -> None:
+        raise NotImplementedError
+
+
+class WenetDialect(Dialect):
+    name = "wenet"
+
+    def __init__(self, ws: web.WebSocketResponse, nbest: int, continuous: bool):
+        super().__init__(ws)
+        self.nbest, self.continuous = nbest, continuous
+        self.last_partial = ""
+
+    def samples(self, data: bytes) -> np.ndarray:
+        if len(data) % 2:
+            raise ProtocolError("binary frames are 16-bit PCM: an odd number of bytes")
+        return np.frombuffer(data, "<i2").astype(np.float32) / 32768.0
+
+    def _nbest(self, segment: dict, words: bool) -> str:
+        hypotheses = segment.get("nbest") or [{"text": segment.get("text", "")}]
+        out = []
+        for i, hyp in enumerate(hypotheses[: self.nbest]):
+            item: dict = {"sentence": hyp.get("text", "")}
+            if words and i == 0:
+                item["word_pieces"] = [{"word": w["word"], "start": int(round(w["start"] * 1000)),
+                                        "end": int(round(w["end"] * 1000))} for w in segment.get("words", [])]
+            out.append(item)
+        return json.dumps(out, ensure_ascii=False)
+
+    async def partial(self, text: str, details: dict) -> None:
+        if text and text != self.last_partial:
+            self.last_partial = text
+            await self.ws.send_str(json.dumps({"status": "ok", "type": "partial_result",
+                                               "nbest": self._nbest(details, words=False)}, ensure_ascii=False))
+
+    async def final(self, segment: dict, last: bool) -> None:
+        self.last_partial = ""
+        if segment.get("text") or last:
+            await self.ws.send_str(json.dumps({"status": "ok", "type": "final_result",
+                                               "nbest": self._nbest(segment, words=True)}, ensure_ascii=False))
+        if last:
+            await self.ws.send_str(json.dumps({"status": "ok", "type": "speech_end"}))
+
+    async def error(self, message: str) -> None:
+        await self.ws.send_str(json.dumps({"status": "failed", "message": message}))
+
+
+class SherpaDialect(Dialect):
+    name = "sherpa-onnx"
+    sample_bytes = 4
+
+    def samples(self, data: bytes) -> np.ndarray:
+        if len(data) % 4:
+            raise ProtocolError("binary frames are float32 samples: the byte count must be a multiple of 4")
+        samples = np.frombuffer(data, "<f4").astype(np.float32)
+        if not np.isfinite(samples).all():
+            raise ProtocolError("samples must be finite float32 values in [-1, 1]")
+        return samples
+
+    async def _send(self, segment: dict, final: bool, eof: bool) -> None:
+        start = float(segment.get("start", 0.0))
+        tokens = segment.get("tokens", [])
+        await self.ws.send_str(json.dumps({
+            "text": segment.get("text", ""), "tokens": [t["token"] for t in tokens],
+            "timestamps": [round(t["start"] - start, 2) for t in tokens], "ys_probs": [], "lm_probs": [],
+            "context_scores": [], "segment": int(segment.get("segment", 0)), "words": [],
+            "start_time": round(start, 2), "is_final": final, "is_eof": eof}, ensure_ascii=False))
+
+    async def partial(self, text: str, details: dict) -> None:
+        await self._send(details, final=False, eof=False)
+
+    async def final(self, segment: dict, last: bool) -> None:
+        await self._send(segment, final=True, eof=last)
+        if last:
+            await self.ws.send_str("Done!")
+
+    async def error(self, message: str) -> None:
+        await self.ws.send_str(json.dumps({"error": message}))
+
+
+class SocketSession:
+    def __init__(self, core: InferenceCore, request: web.Request, ws: web.WebSocketResponse):
+        self.core, self.request, self.ws = core, request, ws
+        self.model = request.query.get("model", DEFAULT_MODEL)
+        self.dialect: Optional[Dialect] = None
+        self.call: Optional[StreamCall] = None
+        self.pending: list[np.ndarray] = []
+        self.pending_samples = 0
+
+    def _parameters(self, endpoint: bool) -> dict:
+        params: dict = {"endpoint": endpoint}
+        for key in ("hotwords", "hotwords_score"):
+            if key in self.request.query:
+                params[key] = self.request.query[key]
+        return params
+
+    async def run(self) -> None:
+        try:
+            async for message in self._messages():
+                if await self._on(message):
+                    break
+        except ProtocolError as error:
+            await self._refuse(str(error))
+        except ServerError as error:
+            await self._refuse(str(error))
+        finally:
+            if self.call is not None:
+                await self.call.abort()  # a socket that dropped or erred frees its sequence now
+            if not self.ws.closed:
+                await self.ws.close()
+
+    async def _messages(self):
+        while True:
+            try:
+                message = await self.ws.receive(timeout=IDLE_S)
+            except asyncio.TimeoutError:
+                raise ProtocolError(f"no message for {IDLE_S:g} s: the stream is closed") from None
+            if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                return
+            yield message
+
+    async def _refuse(self, message: str) -> None:
+        log.info("websocket %s: %s", self.dialect.name if self.dialect else "?", message)
+        if not self.ws.closed:
+            if self.dialect is not None:
+                await self.dialect.error(message)
+            else:
+                await self.ws.send_str(json.dumps({"status": "failed", "error": message, "message": message}))
+
+    async def _on(self, message) -> bool:
+        """Handle one frame; True when the stream is over."""
+        if message.type == WSMsgType.TEXT:
+            return await self._on_text(message.data)
+        if message.type == WSMsgType.BINARY:
+            if self.dialect is None:  # audio first: sherpa-onnx's client
+                self._begin(SherpaDialect(self.ws), endpoint=True)
+            if self.call is None:
+                raise ProtocolError("Start signal is expected before binary data")
+            await self._add(self.dialect.samples(message.data))
+            return False
+        raise ProtocolError(f"unexpected frame type {message.type.name}")
+
+    async def _on_text(self, text: str) -> bool:
+        if text.strip() == "Done" and (self.dialect is None or isinstance(self.dialect, SherpaDialect)):
+            if self.dialect is None:
+                self._begin(SherpaDialect(self.ws), endpoint=True)
+            await self._end()
+            return True
+        try:
+            body = json.loads(text)
+        except ValueError:
+            raise ProtocolError("text frames are JSON signals ({\"signal\": \"start\"|\"end\"}) or Done; audio "
+                                "goes in binary frames") from None
+        if not isinstance(body, dict) or "signal" not in body:
+            raise ProtocolError("Wrong message header")
+        if self.dialect is None or isinstance(self.dialect, WenetDialect):
+            if body["signal"] == "start":
+                nbest, continuous = body.get("nbest", 1), body.get("continuous_decoding", False)
+                if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= 100:
+                    raise ProtocolError("integer is expected for nbest option (1 to 100)")
+                if not isinstance(continuous, bool):
+                    raise ProtocolError("boolean true or false is expected for continuous_decoding option")
+                if self.call is not None:
+                    raise ProtocolError("start was already sent on this socket")
+                self._begin(WenetDialect(self.ws, nbest, continuous), endpoint=continuous)
+                await self.ws.send_str(json.dumps({"status": "ok", "type": "server_ready"}))
+                return False
+            if body["signal"] == "end":
+                if self.call is None:
+                    raise ProtocolError("Start signal is expected before end")
+                await self._end()
+                return True
+        raise ProtocolError("Unexpected signal type")
+
+    def _begin(self, dialect: Dialect, endpoint: bool) -> None:
+        self.dialect = dialect
+        details = model_has_details(self.core, self.model)  # ServerError (told to the client) if no such model
+        self.call = StreamCall(self.core, self.model, self._parameters(endpoint), details=details)
+
+    async def _add(self, samples: np.ndarray) -> None:
+        self.pending.append(samples)
+        self.pending_samples += samples.size
+        if self.pending_samples >= MIN_CHUNK_S * SAMPLE_RATE:
+            await self._send(last=False)
+
+    async def _send(self, last: bool) -> None:
+        audio = np.concatenate(self.pending) if self.pending else np.zeros(0, np.float32)
+        self.pending, self.pending_samples = [], 0
+        result = await self.call.send(audio, last=last)
+        await self._tell(result, last)
+
+    async def _tell(self, result: Recognized, last: bool) -> None:
+        details = result.details or {"text": result.text, "segment": 0}
+        finals = details.get("finals", [])
+        for i, segment in enumerate(finals):
+            await self.dialect.final(segment, last=last and i == len(finals) - 1)
+        if last and not finals:
+            await self.dialect.final(dict(details, text=details.get("text", "")), last=True)
+        if not last:
+            await self.dialect.partial(details.get("text", ""), details)
+
+    async def _end(self) -> None:
+        await self._send(last=True)
+
+
+async def handle_socket(core: InferenceCore, request: web.Request) -> web.WebSocketResponse:
+    ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, heartbeat=None)
+    await ws.prepare(request)
+    await SocketSession(core, request, ws).run()
+    return ws
+
+
+WEB = Path(__file__).with_name("web")  # the page's static files, shipped in the package
+PAGE_FILES = {"app.js": "application/javascript", "pcm-worklet.js": "application/javascript"}
+
+
+def add_routes(app: web.Application, core: InferenceCore) -> None:
+    """GET / is the page, or with an Upgrade header a WebSocket stream in either dialect (both peers' clients
+    connect to the root path); the page's scripts beside it."""
+
+    async def root(request: web.Request) -> web.StreamResponse:
+        if is_websocket(request):
+            return await handle_socket(core, request)
+        return web.FileResponse(WEB / "index.html", headers={"Content-Type": "text/html; charset=utf-8"})
+
+    async def asset(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        return web.FileResponse(WEB / name, headers={"Content-Type": PAGE_FILES[name]})
+
+    app.router.add_get("/", root)
+    for name in PAGE_FILES:
+        app.router.add_get(f"/{{name:{name.replace('.', '[.]')}}}", asset)
