@@ -1,0 +1,155 @@
+"""WebSocket streaming against gRPC streaming, same server, same model, same paced load (issue 35's target:
+64 real-time streams hold chunk p99 < 300 ms over WebSocket, with server CPU per audio-second within 1.2x of
+the gRPC path's).
+
+    python -m bench.ws_vs_grpc --streams 64 --seconds 20
+
+S streams per protocol, each the demo utterances end to end (cut to --seconds), sent in 0.5 s chunks at the
+speed of speech, starts staggered over one chunk. WebSocket speaks sherpa-onnx's dialect (float32 frames, one
+JSON reply per frame: the chunk latency is frame sent -> its reply); gRPC is asr_client's StreamingClient with
+the same 0.5 s chunks. Server CPU comes from /proc (the server runs in its own process); each protocol's run
+gets a fresh server. Prints p50/p99 chunk latency, server CPU-s per audio-s and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+CHUNK_S = 0.5
+RATE = 16000
+
+
+def serve(repo: str, ports) -> None:
+    import logging
+
+    from asr_server.server import Server
+    from asr_server.settings import ServerSettings
+
+    logging.basicConfig(level=logging.WARNING)
+
+    async def main():
+        settings = ServerSettings(model_repositories=(Path(repo),), grpc_address="127.0.0.1", grpc_port=0,
+                                  http_address="127.0.0.1", http_port=0, allow_metrics=False)
+        server = Server(settings)
+        await server.start()
+        ports.put((server.grpc_port, server.http_port))
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its threads (children included), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def utterance_audio(seconds: float) -> np.ndarray:
+    from asr_client.audio import load_audio
+
+    parts = [load_audio(p).samples for p in sorted((ROOT / "tests" / "data" / "demo_utts").glob("*.flac"))]
+    audio = np.concatenate(parts)
+    while audio.size < seconds * RATE:
+        audio = np.concatenate([audio, audio])
+    return audio[: int(seconds * RATE)]
+
+
+async def ws_stream(port: int, audio: np.ndarray, delay: float, latencies: list) -> None:
+    import aiohttp
+
+    await asyncio.sleep(delay)
+    step = int(CHUNK_S * RATE)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(f"ws://127.0.0.1:{port}/") as ws:
+            sent: list[float] = []
+
+            async def reader():
+                async for message in ws:
+                    if message.data == "Done!":
+                        return
+                    # one partial per chunk (a segment's final comes just before it, in the same answer)
+                    if sent and not json.loads(message.data)["is_final"]:
+                        latencies.append(time.monotonic() - sent.pop(0))
+
+            task = asyncio.create_task(reader())
+            start = time.monotonic()
+            for i, begin in enumerate(range(0, audio.size, step)):
+                await asyncio.sleep(max(0.0, start + (i + 1) * CHUNK_S - time.monotonic()))
+                sent.append(time.monotonic())
+                await ws.send_bytes(audio[begin:begin + step].astype("<f4").tobytes())
+            await ws.send_str("Done")
+            await task
+
+
+async def grpc_stream(port: int, audio: np.ndarray, delay: float, latencies: list) -> None:
+    from asr_client.streaming import StreamingClient, StreamOptions
+
+    await asyncio.sleep(delay)
+    options = StreamOptions(chunk_ms=CHUNK_S * 1000, realtime=True)
+    async with StreamingClient(f"127.0.0.1:{port}", options) as client:
+        result = await client.transcribe(audio)
+    latencies.extend(p.latency_s for p in result.partials[:-1])
+
+
+def run(protocol: str, streams: int, audio: np.ndarray, repo: str) -> dict:
+    ctx = mp.get_context("spawn")
+    ports = ctx.Queue()
+    proc = ctx.Process(target=serve, args=(repo, ports), daemon=True)
+    proc.start()
+    try:
+        grpc_port, http_port = ports.get(timeout=180)
+        latencies: list[float] = []
+        stream = ws_stream if protocol == "websocket" else grpc_stream
+        port = http_port if protocol == "websocket" else grpc_port
+
+        async def main():
+            await asyncio.gather(*(stream(port, audio, CHUNK_S * i / streams, latencies) for i in range(streams)))
+
+        async def warm_up():  # compiled kernels, first batches: two short streams, not measured
+            await asyncio.gather(*(stream(port, audio[: 4 * RATE], 0, []) for _ in range(2)))
+
+        asyncio.run(warm_up())
+        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        asyncio.run(main())
+        cpu, wall = cpu_seconds(proc.pid) - cpu0, time.monotonic() - t0
+    finally:
+        proc.terminate()
+        proc.join(10)
+    audio_s = streams * audio.size / RATE
+    lat = np.array(latencies) * 1000
+    return {"protocol": protocol, "streams": streams, "chunks": int(lat.size), "p50_ms": float(np.percentile(lat, 50)),
+            "p99_ms": float(np.percentile(lat, 99)), "cpu_per_audio_s": cpu / audio_s, "wall_s": wall}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=20.0, help="audio per stream")
+    ap.add_argument("--repo", default=str(ROOT / "model_repo"))
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    audio = utterance_audio(args.seconds)
+    rows = [run(p, args.streams, audio, args.repo) for p in ("grpc", "websocket")]
+    for r in rows:
+        print(f"{r['protocol']:9s} {r['streams']} streams: chunk latency p50 {r['p50_ms']:.0f} ms, p99 "
+              f"{r['p99_ms']:.0f} ms ({r['chunks']} chunks); server CPU {r['cpu_per_audio_s']:.4f} s per audio-s")
+    ratio = rows[1]["cpu_per_audio_s"] / rows[0]["cpu_per_audio_s"]
+    print(f"websocket / grpc server CPU per audio-s: {ratio:.2f}x (target <= 1.2x); websocket p99 "
+          f"{rows[1]['p99_ms']:.0f} ms (target < 300 ms)")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "cpu_ratio": ratio}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
