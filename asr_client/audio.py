@@ -167,6 +167,18 @@ async def read_pcm16_blocks(
             return
 
 
+# The first bytes of the containers people pipe: WAV, FLAC, Ogg, MP3 (ID3 tag or frame sync), AIFF, MP4/M4A
+# ('ftyp' at offset 4), Matroska/WebM. Raw PCM has no header at all.
+_SIGNATURES = ((0, b"RIFF"), (0, b"fLaC"), (0, b"OggS"), (0, b"ID3"), (0, b"\xff\xfb"), (0, b"\xff\xf3"),
+               (0, b"\xff\xf2"), (0, b"FORM"), (4, b"ftyp"), (0, b"\x1a\x45\xdf\xa3"))
+SNIFF_BYTES = 12
+
+
+def looks_like_container(head: bytes) -> bool:
+    """Whether the first bytes of a stream are an audio container's (not raw PCM)."""
+    return any(head[at:at + len(magic)] == magic for at, magic in _SIGNATURES)
+
+
 def _read_exactly(stream: BinaryIO, size: int) -> bytes:
     """Read `size` bytes unless the stream ends first (pipes return short reads)."""
     parts, have = [], 0

@@ -24,7 +24,8 @@ import tritonclient.grpc.aio as grpcclient
 from tqdm import tqdm
 
 from asr_client import chunking, longform, preflight, report, subtitles, writers
-from asr_client.audio import SAMPLE_RATE, AudioError, load_audio, read_pcm16_blocks
+from asr_client.audio import (SAMPLE_RATE, SNIFF_BYTES, AudioError, decode_audio_bytes, load_audio,
+                              looks_like_container, read_pcm16_blocks)
 from asr_client.batch import BatchResult, TranscribeOptions, UtteranceResult, transcribe_files
 from asr_client.inputs import InputError, Utterance, collect_utterances
 from asr_client.microphone import MicrophoneUnavailable, microphone_blocks, require_sounddevice
@@ -40,6 +41,19 @@ from asr_client.streaming import (
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def hotwords_argument(value: str) -> str:
+    """--hotwords: the text of a file when it names one, else the inline list; the server's parser reads both
+    (phrases separated by '|' or new lines, 'phrase:score' or 'phrase<TAB>score')."""
+    path = Path(value)
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+        if not lines:
+            raise argparse.ArgumentTypeError(f"hotwords file {value} holds no phrase")
+        return "\n".join(lines)
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,13 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="extra audio in the first streamed chunk, ms (default 50: each 640 ms chunk then "
                               "completes one decoding window of the demo model; 0: all chunks equal)")
         sub.add_argument("--realtime", action="store_true", help="pace streamed chunks at the speed of speech")
-        sub.add_argument("--hotwords", default=None,
-                         help="phrases to favour, 'a|b c:3' (score per token after ':'); request parameter hotwords")
+        sub.add_argument("--hotwords", default=None, type=hotwords_argument,
+                         help="phrases to favour: a file (one phrase per line, optional ':score' or a tab and the "
+                              "score, as sherpa-onnx's --hotwords-file) or an inline list 'a|b c:3' (score per token)")
 
     stream = commands.add_parser("stream", help="stream one utterance and print partial and final transcripts")
-    stream.add_argument("audio", nargs="?", help="audio file, or - for raw s16le mono PCM on stdin")
+    stream.add_argument("audio", nargs="?", help="audio file, or - for stdin: an audio file piped in (WAV, FLAC, "
+                                                 "MP3, Ogg, m4a, ...), or raw s16le mono PCM with --pcm-rate")
     common(stream, DEFAULT_STREAMING_MODEL)
-    stream.add_argument("--pcm-rate", type=int, default=SAMPLE_RATE, help="sample rate of stdin PCM (default 16000)")
+    stream.add_argument("--pcm-rate", type=int, default=None,
+                        help="stdin is raw s16le mono PCM at this rate (without it, stdin must be an audio file)")
     stream.add_argument("--microphone", action="store_true", help="stream the default input device (Ctrl-C ends)")
     stream.add_argument("--duration", type=float, default=None, help="with --microphone: stop after this many s")
     stream.add_argument("--sequence-id", type=int, default=None, help="sequence id (default: random)")
@@ -175,7 +192,7 @@ async def _stream_command(args: argparse.Namespace) -> int:
             # Ctrl-C ends the utterance (END is sent, the final printed) rather than killing the stream.
             stops_on_ctrl_c = _on_sigint(stop.set)
         elif args.audio == "-":
-            source = read_pcm16_blocks(sys.stdin.buffer, options.plan.next_samples, args.pcm_rate)
+            source = await _stdin_source(args, options)
         else:
             source = (await asyncio.to_thread(load_audio, args.audio)).samples
         printer = PartialPrinter(sys.stderr)
@@ -208,6 +225,19 @@ async def _stream_command(args: argparse.Namespace) -> int:
     print(f"{len(result.partials)} chunks, {result.audio_s:.2f} s audio in {result.elapsed_s:.2f} s; latency ms "
           + ", ".join(f"{k} {v:.1f}" for k, v in latency.items()), file=sys.stderr)
     return EXIT_OK
+
+
+async def _stdin_source(args: argparse.Namespace, options: StreamOptions):
+    """stdin as audio: a container (sniffed from its first bytes) is read whole and decoded; raw PCM is
+    streamed as it arrives, and only when --pcm-rate says its rate (raw bytes have no header to tell it)."""
+    if args.pcm_rate is not None:  # the user said it is raw PCM: no guessing from its first bytes
+        return read_pcm16_blocks(sys.stdin.buffer, options.plan.next_samples, args.pcm_rate)
+    head = await asyncio.to_thread(sys.stdin.buffer.read, SNIFF_BYTES)
+    if looks_like_container(head):
+        rest = await asyncio.to_thread(sys.stdin.buffer.read)
+        return decode_audio_bytes(head + rest, "stdin").samples
+    raise AudioError("stdin is not an audio file this client knows (WAV, FLAC, MP3, Ogg, m4a, WebM): for raw "
+                     "s16le mono PCM give its rate with --pcm-rate (e.g. --pcm-rate 16000)")
 
 
 class SegmentPrinter:

@@ -168,3 +168,28 @@ async def test_a_wrong_model_or_url_is_one_line_that_says_what_to_do(url, corpus
     capsys.readouterr()
     assert await asyncio.to_thread(main, ["transcribe", wav, "-u", "http://127.0.0.1:8000"]) == 2
     assert "asr-client speaks gRPC" in capsys.readouterr().err
+
+
+async def test_stream_stdin_sniffs_a_piped_file_and_wants_a_rate_for_raw_pcm(url, corpus, capsys, monkeypatch):
+    wav = corpus.paths["b"].read_bytes()  # an 8 kHz WAV piped in: decoded, not read as PCM
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(wav)))
+    assert await asyncio.to_thread(main, ["stream", "-", "-u", url]) == 0
+    assert capsys.readouterr().out == corpus.texts["b"] + "\n"
+    pcm = (tones("six two", rate=16000, seed=4) * 32767).astype("<i2").tobytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(pcm)))
+    assert await asyncio.to_thread(main, ["stream", "-", "-u", url]) == 1
+    assert "for raw s16le mono PCM give its rate with --pcm-rate" in capsys.readouterr().err
+
+
+def test_hotwords_take_a_file_or_an_inline_list(tmp_path):
+    from asr_client.cli import build_parser
+
+    phrases = tmp_path / "hot.txt"
+    phrases.write_text("# names\nchairs :2\nbeach\tthree\n\nsun dial\n")
+    args = build_parser().parse_args(["transcribe", "x.wav", "--hotwords", str(phrases)])
+    assert args.hotwords == "chairs :2\nbeach\tthree\nsun dial"
+    from asr_server.asr.decoding.hotwords import parse_phrases
+    with pytest.raises(ValueError, match="score"):  # what the server then says of a bad score in the file
+        parse_phrases(args.hotwords, 2.0)
+    args = build_parser().parse_args(["stream", "x.wav", "--hotwords", "chairs|beach:3"])
+    assert args.hotwords == "chairs|beach:3"
