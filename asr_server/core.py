@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from asr_server import __version__, gc_freeze
 from asr_server.dtypes import config_to_wire
 from asr_server.errors import ErrorCode, ServerError, invalid_argument
+from asr_server.repository import validation
 from asr_server.repository.manager import LoadedVersion, ModelManager, ModelState
 from asr_server.scheduling.pending import Delivery, Pending, ResponseChannel
 from asr_server.shared_memory import SharedMemoryRegistry
@@ -323,6 +324,12 @@ def validate_request(config: mc.ModelConfig, request: InferRequest) -> None:
             raise invalid_argument(
                 f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
                 f"Expected {_fmt(full)}, got {_fmt(tensor.shape)}. "
+            )
+        cap = validation.max_input_dim(config)
+        if cap and any(d == -1 and s > cap for s, d in zip(shape, dims)):
+            raise invalid_argument(
+                f"{prefix}input '{tensor.name}' for model '{model}' has shape {_fmt(tensor.shape)}: its variable "
+                f"dimensions take at most {cap} (config parameter {validation.MAX_INPUT_DIM_PARAMETER})"
             )
     outputs = {o.name for o in config.output}
     for requested in request.outputs:

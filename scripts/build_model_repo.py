@@ -54,7 +54,11 @@ MAX_AUDIO_SECONDS = 60  # longest offline utterance the feature extractor accept
 # utterance at concurrency 1 here (p50 28 -> 16 ms) and gained no throughput at concurrency 8.
 # The offline graphs see inputs of every length: ORT's arena would keep the largest request's memory for
 # good, so each run hands it back (Triton's onnxruntime parameter).
-ARENA_SHRINKAGE = 'parameters [ { key: "memory.enable_memory_arena_shrinkage" value: { string_value: "cpu:0" } } ]'
+ARENA_SHRINKAGE = {"memory.enable_memory_arena_shrinkage": "cpu:0"}
+# Every model bounds the -1 dimensions of its inputs by what MAX_AUDIO_SECONDS implies (config parameter
+# max_input_dim, checked by the server before any work; Triton ignores it): samples for audio inputs, fbank
+# frames (10 ms) for features, encoder frames for the decoding steps.
+MAX_INPUT = "max_input_dim"
 OFFLINE_BATCHING = "dynamic_batching { preferred_batch_size: [ 8, 16 ] }"
 
 
@@ -137,6 +141,9 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
         shared["hotwords_file"] = "hotwords.txt"
         tokenizer_files["hotwords.txt"] = hotwords
     fbank = {"num_mel_bins": mel, "frame_length_ms": 25, "frame_shift_ms": 10, "sample_rate": 16000}
+    max_samples = MAX_AUDIO_SECONDS * fbank["sample_rate"]
+    max_frames = MAX_AUDIO_SECONDS * 1000 // fbank["frame_shift_ms"] + right_context + 1
+    max_encoder_frames = max_frames // subsampling + 1
     wav_in = [tensor("wav", "TYPE_FP32", [-1]), tensor("wav_lens", "TYPE_INT32", [1])]
     # the feature extractors' outputs, and the inputs of the scorer that reads them (wenet)
     speech = [tensor("speech", "TYPE_FP32", [-1, mel]), tensor("speech_lengths", "TYPE_INT32", [1])]
@@ -154,7 +161,7 @@ name: "feature_extractor"
 backend: "python"
 max_batch_size: {max_batch}
 {params({**fbank, "min_frames": right_context + 1, "fbank_backend": "numpy",
-         "max_audio_seconds": MAX_AUDIO_SECONDS})}
+         "max_audio_seconds": MAX_AUDIO_SECONDS, MAX_INPUT: max_samples})}
 input [ {", ".join(wav_in)} ]
 output [ {", ".join(speech)} ]
 {OFFLINE_BATCHING}
@@ -165,7 +172,7 @@ name: "encoder"
 backend: "onnxruntime"
 default_model_filename: "encoder.onnx"
 max_batch_size: {max_batch}
-{ARENA_SHRINKAGE}
+{params({**ARENA_SHRINKAGE, MAX_INPUT: max_frames})}
 input [ {graph_tensor(enc, "speech")}, {graph_tensor(enc, "speech_lengths")} ]
 output [
   {graph_tensor(enc, "encoder_out")}, {graph_tensor(enc, "encoder_out_lens")},
@@ -179,7 +186,7 @@ name: "decoder"
 backend: "onnxruntime"
 default_model_filename: "decoder.onnx"
 max_batch_size: {max_batch}
-{ARENA_SHRINKAGE}
+{params({**ARENA_SHRINKAGE, MAX_INPUT: max_encoder_frames})}
 input [
   {", ".join(graph_tensor(dec, n) for n in dec if n in ("encoder_out", "encoder_out_lens", "hyps_pad_sos_eos", "hyps_lens_sos", "r_hyps_pad_sos_eos", "ctc_score"))}
 ]
@@ -191,7 +198,7 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 name: "scoring"
 backend: "python"
 max_batch_size: {max_batch}
-{params(shared)}
+{params({**shared, MAX_INPUT: max_encoder_frames})}
 input [
   {graph_tensor(enc, "encoder_out")}, {graph_tensor(enc, "encoder_out_lens")},
   {graph_tensor(enc, "beam_log_probs", "batch_log_probs")}, {graph_tensor(enc, "beam_log_probs_idx", "batch_log_probs_idx")},
@@ -205,6 +212,7 @@ instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 name: "attention_rescoring"
 platform: "ensemble"
 max_batch_size: {max_batch}
+{params({MAX_INPUT: max_samples})}
 input [ {tensor("WAV", "TYPE_FP32", [-1])}, {tensor("WAV_LENS", "TYPE_INT32", [1])} ]
 output [ {tensor("TRANSCRIPTS", "TYPE_STRING", [1])}, {tensor("DETAILS", "TYPE_STRING", [1])} ]
 ensemble_scheduling {{
@@ -257,7 +265,7 @@ instance_group [ {{ count: {STREAMING_INSTANCES} kind: KIND_CPU }} ]
 name: "streaming_feature_extractor"
 backend: "python"
 max_batch_size: {max_batch}
-{params({**fbank, "idle_seconds": SEQUENCE_IDLE_US / 1e6, "fbank_backend": "numpy"})}
+{params({**fbank, "idle_seconds": SEQUENCE_IDLE_US / 1e6, "fbank_backend": "numpy", MAX_INPUT: max_samples})}
 input [ {", ".join(wav_in)} ]
 output [ {", ".join(speech)} ]
 sequence_batching {{
@@ -295,14 +303,15 @@ sequence_batching {{
 instance_group [ {{ count: {STREAMING_INSTANCES} kind: KIND_CPU }} ]
 """, assets=tokenizer_files)
 
-    write_scorer("wenet", wenet_params, speech, "OUTPUT0")  # WeNet's: fbank frames in
+    write_scorer("wenet", {**wenet_params, MAX_INPUT: max_frames}, speech, "OUTPUT0")  # WeNet's: fbank frames in
     # The default streaming model: the same work in one python model, audio in (no second request per chunk).
-    write_scorer("streaming_wenet", {**fbank, "fbank_backend": "numpy", **wenet_params},
+    write_scorer("streaming_wenet", {**fbank, "fbank_backend": "numpy", **wenet_params, MAX_INPUT: max_samples},
                  [tensor("WAV", "TYPE_FP32", [-1]), tensor("WAV_LENS", "TYPE_INT32", [1])], "TRANSCRIPTS")
     write(repo, "streaming_wenet_ensemble", f"""
 name: "streaming_wenet_ensemble"
 platform: "ensemble"
 max_batch_size: {max_batch}
+{params({MAX_INPUT: max_samples})}
 input [ {tensor("WAV", "TYPE_FP32", [-1])}, {tensor("WAV_LENS", "TYPE_INT32", [1])} ]
 output [ {tensor("TRANSCRIPTS", "TYPE_STRING", [1])}, {tensor("DETAILS", "TYPE_STRING", [1])} ]
 ensemble_scheduling {{

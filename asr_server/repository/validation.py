@@ -19,6 +19,17 @@ WILDCARD_DIM = -1
 # Our own model parameter (Triton has none): live sequences a sequence-batched model holds before it refuses
 # new ones with RESOURCE_EXHAUSTED; Triton backlogs sequences without a bound.
 MAX_SEQUENCES_PARAMETER = "max_sequences"
+# A model's bound on every -1 dimension of its inputs (e.g. the frames of 60 s of audio), checked by the core
+# before any work: a -1 dimension alone would let one request of a few MiB cost the memory of a quadratic
+# attention over it. Triton has no such field; it ignores the parameter, and this server enforces it.
+MAX_INPUT_DIM_PARAMETER = "max_input_dim"
+
+
+def max_input_dim(config: mc.ModelConfig) -> int:
+    """The config's bound on variable input dimensions (0: none); validated at load."""
+    if MAX_INPUT_DIM_PARAMETER not in config.parameters:
+        return 0
+    return int(config.parameters[MAX_INPUT_DIM_PARAMETER].string_value)
 _Control = mc.ModelSequenceBatching.Control
 _BOOLEAN_CONTROLS = (_Control.CONTROL_SEQUENCE_START, _Control.CONTROL_SEQUENCE_END, _Control.CONTROL_SEQUENCE_READY)
 _CORRID_TYPES = (mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING)
@@ -38,6 +49,11 @@ def validate_config(config: mc.ModelConfig, *, gpus: Optional[Sequence[int]] = N
         raise invalid_argument(f"unexpected platform type '{config.platform}' for {name}")
     if config.max_batch_size < 0:
         raise invalid_argument(f"'max_batch_size' must be non-negative value for {name}")
+    if MAX_INPUT_DIM_PARAMETER in config.parameters:
+        text = config.parameters[MAX_INPUT_DIM_PARAMETER].string_value
+        if not text.isdigit() or int(text) < 1:
+            raise invalid_argument(f"parameter '{MAX_INPUT_DIM_PARAMETER}' must be a positive integer, got "
+                                   f"'{text}' for {name}")
     if not config.HasField("version_policy"):
         raise invalid_argument(f"must specify 'version policy' for {name}")
     _check_io(config)
