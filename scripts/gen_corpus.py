@@ -297,6 +297,43 @@ def fotaq_run(args) -> int:
     return 0
 
 
+def drascula_run(args) -> int:
+    """Real speech: the English voiced lines of Debian's drascula (12 speakers, 0.77 h), resampled to 16 kHz
+    flac, as ROOT/drascula/drascula_train (all of it trains: fotaq_test holds the unseen real speakers).
+    Resumable like `run`."""
+    from asr_data import drascula
+    from asr_data.normalise import normalise
+
+    if not drascula.DRASCULA_DIR.is_dir():
+        sys.exit(f"{drascula.DRASCULA_DIR} missing: apt-get install drascula "
+                 "(bash scripts/get_tts_voices.sh installs it)")
+    root = args.root / "drascula"
+    manifest = Manifest(root / "manifest.jsonl")
+    skipped = made = 0
+    for clip in drascula.clips():
+        utt = f"drascula_train_{clip.name.lower()}"
+        pair = normalise(clip.text, allow_caps=True)
+        if pair is None:
+            skipped += 1
+            continue
+        if utt in manifest:
+            continue
+        audio, sr = drascula.clip_audio(clip.name)
+        audio = np.clip(augment.to_16k(audio, sr), -1.0, 1.0)
+        rel = Path("wavs") / f"{utt}.flac"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        sf.write(root / rel, audio, augment.SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+        manifest.append({"utt": utt, "split": "drascula_train", "path": str(rel),
+                         "dur": round(audio.size / 16000, 3), "label": pair[1], "speak": clip.text, "kind": "real",
+                         "source": "drascula", "family": "drascula", "voice": clip.speaker,
+                         "speaker": f"drascula-{clip.speaker}"})
+        made += 1
+    counts = export_kaldi(manifest.rows.values(), root)
+    manifest.close()
+    print(f"drascula: {counts}, made {made} now, {skipped} lines not normalisable")
+    return 0
+
+
 BENCH_TEXT = ("The old man walked slowly to the station, carrying two heavy bags.",
               "Please call me back at four five six, seven eight nine zero.",
               "In nineteen eighty four she moved to a small town near the coast.")
@@ -454,9 +491,11 @@ def _leg_locked(args) -> int:
     rows = list(manifest.rows.values())
     legs = root / "legs"
     mine = [r for r in rows if r["split"] == "train" and first <= r["index"] < first + LEG_STRIDE]
-    # the game's rows hold paths relative to ROOT/fotaq
+    # the games' rows hold paths relative to ROOT/fotaq and ROOT/drascula
     game = [dict(r, path=str(Path("fotaq") / r["path"])) for r in read_rows(root / "fotaq" / "manifest.jsonl")]
     game_train = [r for r in game if r["split"] == "fotaq_train"]
+    game_train += [dict(r, path=str(Path("drascula") / r["path"]))
+                   for r in read_rows(root / "drascula" / "manifest.jsonl")]
     synth_h = sum(r["dur"] for r in mine) / 3600
     real_h = sum(r["dur"] for r in game_train) / 3600
     _write_kaldi(mine + game_train, root, legs / f"leg{args.leg}" / "train")
@@ -472,7 +511,7 @@ def _leg_locked(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq", "freeze", "leg"))
+    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq", "drascula", "freeze", "leg"))
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--seed", type=int, default=None, help="first run only (default 2026); fixed after")
     for split in SPLIT_ORDER:
@@ -496,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     if args.command == "fotaq":
         return fotaq_run(args)
+    if args.command == "drascula":
+        return drascula_run(args)
     if args.command == "bench":
         return bench(args)
     if args.command == "export":

@@ -26,7 +26,7 @@ if [ -f "$SRC" ] && grep -q '^Components: main$' "$SRC"; then
 fi
 APT_PKGS=(espeak-ng sox flac flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
           mbrola mbrola-us1 mbrola-us2 mbrola-us3 mbrola-en1 libttspico-utils rhvoice rhvoice-english
-          fortunes fortunes-min wordnet-base wamerican flight-of-the-amazon-queen)
+          fortunes fortunes-min wordnet-base wamerican flight-of-the-amazon-queen drascula)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
