@@ -42,8 +42,11 @@ def _samples(audio: AudioInput, sample_rate: Optional[int]) -> np.ndarray:
     if isinstance(audio, np.ndarray):
         if sample_rate is None:
             raise ValueError("a numpy array needs its sample_rate")
+        kind = np.asarray(audio).dtype
+        if np.issubdtype(kind, np.integer) and kind != np.int16:
+            raise ValueError(f"integer audio must be int16 PCM, got {kind} (or pass float samples in [-1, 1])")
         data = np.asarray(audio, dtype=np.float32)
-        if np.issubdtype(np.asarray(audio).dtype, np.integer):  # int16 PCM
+        if kind == np.int16:
             data = data / 32768.0
         return resample(to_mono(data), sample_rate, SAMPLE_RATE)
     return load_audio(audio).samples
@@ -73,7 +76,8 @@ async def _transcribe(samples: np.ndarray, url: str, model: str, parameters: Opt
 def stream(audio: AudioInput, sample_rate: Optional[int] = None, url: str = DEFAULT_URL,
            model: str = DEFAULT_STREAMING_MODEL, chunk_ms: float = 640.0, realtime: bool = False,
            hotwords: Optional[str] = None) -> Iterator[Partial]:
-    """Partial transcripts, one per chunk as the server answers it; the last is the final transcript."""
+    """Partial transcripts, one per chunk as the server answers it; the last is the final transcript. Iterate
+    to the end: the stream runs in a thread of its own until the audio is sent."""
     samples = _samples(audio, sample_rate)
     options = StreamOptions(model=model, chunk_ms=chunk_ms, realtime=realtime,
                             parameters={"hotwords": hotwords} if hotwords else None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, BinaryIO
+from typing import AsyncIterator, BinaryIO, Optional
 
 import numpy as np
 import soundfile
@@ -78,16 +78,24 @@ def load_audio(path: str | Path) -> Audio:
     return Audio(samples=samples, source_rate=int(rate), source_channels=int(data.shape[1]))
 
 
-def decode_audio_bytes(data: bytes, name: str = "upload") -> Audio:
-    """An uploaded file's bytes (any format soundfile or PyAV reads) as mono 16 kHz float32; AudioError if not."""
+def decode_audio_bytes(data: bytes, name: str = "upload", max_seconds: Optional[float] = None) -> Audio:
+    """An uploaded file's bytes (any format soundfile or PyAV reads) as mono 16 kHz float32; AudioError if not,
+    or if it holds more than ``max_seconds`` (checked before the samples are decoded where the format says its
+    length, and while decoding otherwise)."""
     import io
 
     try:
+        if max_seconds is not None:
+            info = soundfile.info(io.BytesIO(data))
+            if info.frames > max_seconds * info.samplerate:
+                raise AudioError(f"audio file {name} lasts {info.duration:.0f} s: at most {max_seconds:.0f} s")
         frames, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except AudioError:
+        raise
     except Exception as error:  # noqa: BLE001 - then ffmpeg's decoders
         reason = getattr(error, "error_string", None) or str(error)
         try:
-            frames, rate = decode_with_av(io.BytesIO(data))
+            frames, rate = decode_with_av(io.BytesIO(data), max_seconds)
         except AvUnavailable:
             raise AudioError(f"cannot read audio file {name}: {reason}") from error
         except Exception as av_error:  # noqa: BLE001
@@ -103,9 +111,9 @@ class AvUnavailable(Exception):
     """PyAV is not installed."""
 
 
-def decode_with_av(source) -> tuple[np.ndarray, int]:
+def decode_with_av(source, max_seconds: Optional[float] = None) -> tuple[np.ndarray, int]:
     """(frames, channels) float32 and the rate of the first audio stream of a file (or file object) that ffmpeg
-    decodes, through PyAV."""
+    decodes, through PyAV; ValueError past ``max_seconds`` of audio."""
     try:
         import av
     except ImportError:
@@ -118,9 +126,13 @@ def decode_with_av(source) -> tuple[np.ndarray, int]:
         rate, channels = stream.codec_context.sample_rate, stream.codec_context.channels
         blocks = []
         packed = av.AudioResampler(format="flt")  # packed float32 whatever the codec's sample format
+        decoded = 0
         for frame in container.decode(stream):
             for out in packed.resample(frame):  # (1, samples * channels) -> (samples, channels)
                 blocks.append(out.to_ndarray().reshape(-1, channels))
+                decoded += blocks[-1].shape[0]
+            if max_seconds is not None and decoded > max_seconds * rate:
+                raise ValueError(f"the audio lasts more than {max_seconds:.0f} s")
     data = np.concatenate(blocks) if blocks else np.zeros((0, channels), np.float32)
     return data.astype(np.float32, copy=False), int(rate)
 

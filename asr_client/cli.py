@@ -47,7 +47,11 @@ def hotwords_argument(value: str) -> str:
     """--hotwords: the text of a file when it names one, else the inline list; the server's parser reads both
     (phrases separated by '|' or new lines, 'phrase:score' or 'phrase<TAB>score')."""
     path = Path(value)
-    if path.is_file():
+    try:
+        is_file = path.is_file()
+    except OSError:  # an inline list longer than a file name can be
+        is_file = False
+    if is_file:
         text = path.read_text(encoding="utf-8")
         lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
         if not lines:
@@ -365,7 +369,8 @@ async def _reachable(grpc_client: grpcclient.InferenceServerClient, url: str) ->
             return True
         print(f"asr-client: server at {url} is not live", file=sys.stderr)
     except Exception as error:  # InferenceServerException or grpc errors, depending on the failure
-        print(f"asr-client: cannot reach server at {url}: {error}", file=sys.stderr)
+        print(f"asr-client: cannot reach server at {url}: {error}{preflight.unreachable_hint(url)}",
+              file=sys.stderr)
     return False
 
 

@@ -27,10 +27,16 @@ def grpc_url(url: str) -> str:
     url = url.rstrip("/")
     if "/" in url:
         raise PreflightError(f"--url takes host:port of the gRPC endpoint, not a path: {url!r}")
-    if url.rsplit(":", 1)[-1] == str(HTTP_PORT):
-        raise PreflightError(f"{url} is the HTTP port of a Triton-style server; asr-client speaks gRPC "
-                             f"(port {HTTP_PORT + 1} by default): try -u {url.rsplit(':', 1)[0]}:{HTTP_PORT + 1}")
     return url
+
+
+def unreachable_hint(url: str) -> str:
+    """What to add to "cannot reach": Triton's HTTP port named as such (a gRPC server may listen there too,
+    so it is only said when the connection failed)."""
+    if url.rsplit(":", 1)[-1] == str(HTTP_PORT):
+        return (f" ({HTTP_PORT} is the HTTP port of a Triton-style server; asr-client speaks gRPC, port "
+                f"{HTTP_PORT + 1} by default: try -u {url.rsplit(':', 1)[0]}:{HTTP_PORT + 1})")
+    return ""
 
 
 async def model_streams(client, model: str) -> bool:

@@ -108,15 +108,20 @@ class Server:
                                                 ("Metrics", s.allow_metrics, s.metrics_address, s.metrics_port)):
             if not enabled or port == 0:
                 continue
-            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            host = address.strip("[]")  # gRPC takes IPv6 as [::]
+            try:
+                family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+            except socket.gaierror:
+                continue  # a name the probe cannot resolve: the endpoint's own bind reports it
             with socket.socket(family, socket.SOCK_STREAM) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
                 try:
-                    probe.bind((address, port))
+                    probe.bind((host, port))
                 except OSError as exc:
-                    reason = "already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+                    if exc.errno != errno.EADDRINUSE:
+                        continue  # not ours to judge (e.g. an address of another host): the bind says it
                     raise ServerError(f"failed to start {service} service: Unavailable - Socket "
-                                      f"'{address}:{port}' {reason}") from None
+                                      f"'{address}:{port}' already in use") from None
 
     async def _load_startup_models(self) -> None:
         s = self.settings

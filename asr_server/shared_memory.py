@@ -122,7 +122,14 @@ class SharedMemoryRegistry:
     def read(self, name: str, offset: int, byte_size: int) -> bytes:
         with self._lock:
             region, start = self._window(name, offset, byte_size)
-            data = os.pread(region.fd, byte_size, start)
+            parts, have = [], 0
+            while have < byte_size:  # one pread returns at most ~2 GiB on Linux
+                part = os.pread(region.fd, byte_size - have, start + have)
+                if not part:
+                    break
+                parts.append(part)
+                have += len(part)
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
         if len(data) < byte_size:  # the file shrank after it was registered
             raise invalid_argument(
                 f"shared memory region '{name}' is smaller than registered: {start + len(data)} of "

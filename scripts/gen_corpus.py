@@ -467,6 +467,11 @@ def _leg_locked(args) -> int:
     first = args.leg * LEG_STRIDE
     tests = [(s, i) for s in SPLIT_ORDER[:-1] for i in range(min(EVAL_SIZE, plan["sizes"][s]))]
     jobs = tests + [("train", first + k) for k in range(LEG_STRIDE)]
+    foreign = [u for u, r in manifest.rows.items() if r["split"] == "train" and first <= r["index"] < first + LEG_STRIDE
+               and r["family"] not in leg_families("train", r["index"])]
+    if foreign:  # made by `run` with the whole-corpus voice mix: not this leg's utterances
+        sys.exit(f"{len(foreign)} utterances of leg {args.leg}'s index range (e.g. {foreign[0]}) were made by "
+                 f"`gen_corpus.py run`, not by `leg`: use another --root for the relay")
     todo = [j for j in jobs if f"{j[0]}_{j[1]:06d}" not in manifest and f"{j[0]}_{j[1]:06d}" not in failed]
     print(f"[{time.strftime('%F %T')}] leg {args.leg}: {len(manifest.rows)} in the manifest, "
           f"{args.minutes:.0f} min, {args.jobs} jobs", flush=True)

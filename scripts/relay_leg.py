@@ -69,7 +69,7 @@ def setup() -> None:
     run(["bash", "scripts/get_real_speech.sh"])
 
 
-def make_data(leg: int, minutes: float) -> Path:
+def make_data(leg: int, minutes: float, seed: int) -> Path:
     train = ROOT / "legs" / f"leg{leg}" / "train"
     if (train / "text").exists():
         print(f"leg {leg}'s data is already in {train}: reused", flush=True)
@@ -77,7 +77,8 @@ def make_data(leg: int, minutes: float) -> Path:
     tts = ROOT / "tts-venv" / "bin" / "python"
     run([tts, "scripts/gen_corpus.py", "fotaq"])
     run([tts, "scripts/gen_corpus.py", "drascula"])  # from leg 2 on: 0.77 h more real voices (12 speakers)
-    run([tts, "scripts/gen_corpus.py", "leg", "--leg", leg, "--minutes", minutes, "--jobs", os.cpu_count() or 2])
+    run([tts, "scripts/gen_corpus.py", "leg", "--leg", leg, "--minutes", minutes, "--jobs", os.cpu_count() or 2,
+         "--seed", seed])
     return train
 
 
@@ -167,7 +168,7 @@ def main(argv=None) -> int:
         print(json.dumps(evaluate(args.eval_only, ROOT / "legs" / f"eval_{args.eval_only.name}.json"), indent=1))
         return 0
     leg = state["leg"] + 1
-    data = make_data(leg, args.data_minutes)
+    data = make_data(leg, args.data_minutes, state["seed"])
     data_h = sum(float(line.split()[1]) for line in (data / "utt2dur").read_text().splitlines()) / 3600
     t0 = time.time()
     exp = train(state, leg, data, args.train_minutes, args.state)

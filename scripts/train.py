@@ -52,6 +52,12 @@ def prepare(args, rows) -> tuple[SymbolTable, Tokenizer, CmvnStats, Path]:
     if not bpe_path.exists():
         train_bpe((t for _, _, t in rows), exp / "bpe", args.bpe_size)
     symbols = SymbolTable.from_units(bpe_units(bpe_path))
+    if args.init_from is not None and (args.init_from / "units.txt").exists():
+        # the output layer is indexed by the model's own units.txt: it must be what the BPE gives here
+        inherited = SymbolTable.load(args.init_from / "units.txt")
+        if inherited.id_to_symbol != symbols.id_to_symbol:
+            raise SystemExit(f"{args.init_from}/units.txt does not match its bpe.model: the output layer would "
+                             "be mis-indexed")
     symbols.save(exp / "units.txt")
     cmvn_path = exp / "global_cmvn"
     if cmvn_path.exists():
@@ -174,7 +180,8 @@ def main(argv=None) -> int:
     def write_final():
         model.eval()
         save_model_dir(final_dir, model, symbols, cmvn, bpe_path, half_precision=args.fp16_weights,
-                       extra={"training": {"steps": state["step"], "epochs_completed": state["epoch"],
+                       extra={"training": {"steps": args.step_offset + state["step"],
+                                           "this_run_steps": state["step"], "epochs_completed": state["epoch"],
                                            "minutes": round(state["elapsed"] / 60, 1),
                                            "utterances": len(rows), "batch": args.batch}})
         print(f"wrote {final_dir} after {state['step']} steps", file=sys.stderr)
@@ -218,7 +225,7 @@ def main(argv=None) -> int:
         at = args.step_offset + step  # the curriculum counts over all legs of a relay
         chunk = attention_chunk(at, args.seed, args.curriculum_steps, args.full_context_share, args.chunk_range)
         augment = at >= (args.curriculum_steps if args.augment_after is None else args.augment_after)
-        batch = make_batch([rows[i] for i in indices], tokenizer, random.Random(args.seed * 7919 + step),
+        batch = make_batch([rows[i] for i in indices], tokenizer, random.Random(args.seed * 7919 + at),
                            augment=augment, pad_multiple=args.pad_multiple,
                            emission_slack=args.emission_slack, band_limit_share=args.band_limit_share,
                            lead_silence_share=args.lead_silence_share)

@@ -16,14 +16,14 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from asr_client.audio import SAMPLE_RATE
 from asr_server.core import InferenceCore
 from asr_server.errors import ServerError
 from asr_server.messages import InferRequest, RequestedOutput, SequenceControl, Tensor
 
-SAMPLE_RATE = 16000
-# Sequence ids of these front ends' streams: drawn from the top half of the uint64 range, so they do not meet
-# the ids gRPC clients pick (which count up from small numbers or draw below 2^63).
-_IDS = itertools.count(random.SystemRandom().randrange(1 << 63, (1 << 64) - (1 << 40)))
+# Sequence ids of these front ends' streams: drawn high in the range an INT64 or UINT64 CORRID holds
+# ([2^40, 2^62)), where the ids gRPC clients pick (counting up from small numbers) do not reach.
+_IDS = itertools.count(random.SystemRandom().randrange(1 << 40, 1 << 61))
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,33 @@ class Recognized:
 def model_has_details(core: InferenceCore, model: str) -> bool:
     loaded = core.manager.get(model, "")
     return any(o.name == "DETAILS" for o in loaded.config.output)
+
+
+def model_streams(core: InferenceCore, model: str) -> bool:
+    """A sequence-batched model, or an ensemble one of whose steps is (ServerError when there is no such
+    model)."""
+    config = core.manager.get(model, "").config
+    if config.HasField("ensemble_scheduling"):
+        return any(step.model_name != model and _streams_quietly(core, step.model_name)
+                   for step in config.ensemble_scheduling.step)
+    return config.HasField("sequence_batching")
+
+
+def _streams_quietly(core: InferenceCore, model: str) -> bool:
+    try:
+        return model_streams(core, model)
+    except ServerError:
+        return False
+
+
+def sequence_idle_seconds(core: InferenceCore, model: str) -> float:
+    """How long the model keeps an idle sequence (its own, or its streaming steps'); 0: no limit known."""
+    config = core.manager.get(model, "").config
+    if config.HasField("ensemble_scheduling"):
+        idles = [sequence_idle_seconds(core, step.model_name) for step in config.ensemble_scheduling.step
+                 if step.model_name != model and _streams_quietly(core, step.model_name)]
+        return min([i for i in idles if i > 0], default=0.0)
+    return config.sequence_batching.max_sequence_idle_microseconds / 1e6
 
 
 def _request(model: str, samples: np.ndarray, details: bool, parameters: Optional[Mapping[str, Any]],

@@ -118,14 +118,18 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         room = asyncio.Event()  # set when the stream holds fewer than MAX_STREAM_BACKLOG unsent answers
         room.set()
 
+        unsent = [0]  # answers in the outbox (its None items only wake the writer up)
+
         def backlog() -> int:
-            return len(tasks) + outbox.qsize()
+            return len(tasks) + unsent[0]
 
         async def handle(message: pb.ModelInferRequest) -> None:
             try:
                 async for item in self._stream_one(message, context):
+                    unsent[0] += 1
                     await outbox.put(item)
             except Exception as exc:  # noqa: BLE001 - a failed request must not end the stream
+                unsent[0] += 1
                 await outbox.put(self._stream_error(message, as_server_error(exc)))
 
         async def read() -> None:
@@ -154,6 +158,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 item = await outbox.get()
                 room.set()
                 if item is not None:
+                    unsent[0] -= 1
                     yield item
                 elif done_reading.is_set() and not tasks and outbox.empty():
                     break

@@ -16,6 +16,7 @@ words stitched: asr_client.longform). Errors come back in OpenAI's shape:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Optional
 
@@ -23,13 +24,15 @@ import numpy as np
 from aiohttp import web
 
 from asr_client import longform, subtitles
+from asr_client.api import LONG_AUDIO_S
 from asr_client.audio import AudioError, decode_audio_bytes
 from asr_server.core import InferenceCore
 from asr_server.errors import ServerError
 from asr_server.protocol import asr_calls
 
 DEFAULT_MODEL = "attention_rescoring"
-LONG_AUDIO_S = 50.0  # the built offline models take up to 60 s in one request
+MAX_AUDIO_S = 3 * 3600.0  # one upload: a compressed file of a few MiB can hold a day of audio
+MAX_FIELD_BYTES = 64 << 10  # a form field other than the file
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("word", "segment")
 
@@ -54,11 +57,10 @@ class TranscriptionsEndpoint:
             return await self._handle(request)
         except OpenAIError as error:
             return error.response()
-        except ServerError as error:  # the model refused: the client's fault unless the server says otherwise
-            status = 400 if error.code.name == "INVALID_ARGUMENT" else 503 if error.code.name in (
-                "UNAVAILABLE", "RESOURCE_EXHAUSTED") else 500
-            return OpenAIError(str(error), status=status,
-                               kind="invalid_request_error" if status == 400 else "server_error").response()
+        except ServerError as error:
+            return server_error(error).response()
+        except (AttributeError, LookupError, ValueError) as error:  # a malformed form (nested parts, charset)
+            return OpenAIError(f"malformed multipart form: {error}").response()
 
     async def _handle(self, request: web.Request) -> web.Response:
         if not request.content_type.startswith("multipart/"):
@@ -67,11 +69,13 @@ class TranscriptionsEndpoint:
         reader = await request.multipart()
         async for part in reader:
             if part.name == "file":
-                upload, filename = await self._read_capped(part), part.filename or "upload"
-            elif part.name in ("timestamp_granularities[]", "timestamp_granularities"):
-                granularities.append((await part.text()).strip())
+                upload, filename = await self._read_capped(part, self.max_body_bytes), part.filename or "upload"
+                continue
+            value = (await self._read_capped(part, MAX_FIELD_BYTES)).decode("utf-8", errors="replace").strip()
+            if part.name in ("timestamp_granularities[]", "timestamp_granularities"):
+                granularities.append(value)
             elif part.name:
-                fields[part.name] = (await part.text()).strip()
+                fields[part.name] = value
         if upload is None:
             raise OpenAIError("you must provide a 'file' field with the audio", param="file")
         response_format = fields.get("response_format") or "json"
@@ -83,24 +87,25 @@ class TranscriptionsEndpoint:
             raise OpenAIError(f"timestamp_granularities[] takes word and segment, got {unknown}",
                               param="timestamp_granularities")
         model = self._model(fields.get("model", ""))
-        try:
-            audio = decode_audio_bytes(upload, filename)
+        try:  # decoding (ffmpeg, resampling) runs off the event loop: other streams go on meanwhile
+            audio = await asyncio.to_thread(decode_audio_bytes, upload, filename, MAX_AUDIO_S)
         except AudioError as error:
             raise OpenAIError(str(error), param="file") from None
         text, words = await self._transcribe(model, audio.samples)
         duration = round(len(audio.samples) / asr_calls.SAMPLE_RATE, 3)
         return self._render(response_format, text, words, duration, granularities or ["segment"])
 
-    async def _read_capped(self, part) -> bytes:
+    @staticmethod
+    async def _read_capped(part, limit: int) -> bytes:
         chunks, size = [], 0
         while True:
             chunk = await part.read_chunk(1 << 16)
             if not chunk:
                 return b"".join(chunks)
             size += len(chunk)
-            if size > self.max_body_bytes:
-                raise OpenAIError(f"the file is larger than {self.max_body_bytes} bytes (--http-max-input-size)",
-                                  param="file", status=413)
+            if size > limit:
+                raise OpenAIError(f"form field '{part.name}' is larger than {limit} bytes", param=part.name,
+                                  status=413)
             chunks.append(chunk)
 
     def _model(self, name: str) -> str:
@@ -109,7 +114,7 @@ class TranscriptionsEndpoint:
             loaded = self.core.manager.get(name, "") if name else None
         except ServerError:
             loaded = None
-        if loaded is not None and not loaded.config.HasField("sequence_batching"):
+        if loaded is not None and not asr_calls.model_streams(self.core, name):
             return name
         return DEFAULT_MODEL
 
@@ -124,9 +129,9 @@ class TranscriptionsEndpoint:
 
         if len(samples) > LONG_AUDIO_S * asr_calls.SAMPLE_RATE:
             long = await longform.transcribe_pieces(recognize, samples)
-            if long.errors and not long.text:
-                raise OpenAIError(f"every piece of the audio failed: {long.errors[0]}", status=500,
-                                  kind="server_error")
+            if long.errors:  # a transcript with holes is not an answer
+                raise OpenAIError(f"{len(long.errors)} piece(s) of the audio failed, the first at "
+                                  f"{long.errors[0]}", status=500, kind="server_error")
             return long.text, list(long.words)
         result = await asr_calls.recognize(self.core, model, samples, None, details)
         words = [longform.Word(w["word"], w["start"], w["end"], w.get("confidence"))
@@ -151,6 +156,18 @@ class TranscriptionsEndpoint:
         if "segment" in granularities:
             body["segments"] = [_segment(i, cue, words) for i, cue in enumerate(cues)]
         return web.Response(text=json.dumps(body, ensure_ascii=False), content_type="application/json")
+
+
+def server_error(error: ServerError) -> OpenAIError:
+    """The core's refusal in OpenAI's terms: the client's fault (400), a model not there (404), busy (503)."""
+    code = error.code.name
+    if code == "INVALID_ARGUMENT":
+        return OpenAIError(str(error))
+    if code == "NOT_FOUND":
+        return OpenAIError(str(error), status=404, code="model_not_found")
+    if code in ("UNAVAILABLE", "RESOURCE_EXHAUSTED"):
+        return OpenAIError(str(error), status=503, kind="server_error")
+    return OpenAIError(str(error), status=500, kind="server_error")
 
 
 def _segment(index: int, cue: subtitles.Cue, words: list[longform.Word]) -> dict:

@@ -136,8 +136,10 @@ def http_group(request: web.Request) -> Optional[str]:
         return "statistics"
     if route.endswith("/config"):
         return "model-config"
-    if route.endswith("/infer"):
+    if route.endswith("/infer") or route.startswith("/v1/audio/"):
         return "inference"
+    if route == "/" and request.headers.get("Upgrade", "").lower() == "websocket":
+        return "inference"  # a WebSocket stream runs inference like /infer (the page itself is not restricted)
     if route in ("/v2", "/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
         return "metadata"
     return None

@@ -15,10 +15,13 @@ Both clients connect to ``ws://host:port/`` (any path), so the dialect is told b
   "is_final", "is_eof"}`` (timestamps relative to ``start_time``); segments end at pauses (is_final); after
   ``Done`` the last result (is_final and is_eof) and the text frame ``Done!``.
 
-Each socket is one sequence on ``streaming_wenet`` (or ``?model=NAME``); a socket that drops, errs or idles
-past ``IDLE_S`` frees its sequence at once. Query parameters ``hotwords`` and ``hotwords_score`` reach the
-model as on gRPC. Audio is passed on in chunks of at least ``MIN_CHUNK_S`` (a microphone's 50 ms blocks would
-otherwise cost one request each).
+Each socket is one sequence on ``streaming_wenet`` (or ``?model=NAME``, a streaming model); a socket that
+drops, errs or sends nothing for longer than the model keeps an idle sequence (at most ``IDLE_S``) is closed
+and its sequence freed at once. Query parameters ``hotwords`` and ``hotwords_score`` reach the model as on
+gRPC. Audio is passed on in chunks of at least ``MIN_CHUNK_S`` (a microphone's 50 ms blocks would otherwise
+cost one request each) and at most ``MAX_CHUNK_S`` (a whole file in one frame is cut). WeNet's
+``continuous_decoding: false`` ends the utterance at its first pause, as WeNet's server does (final_result,
+speech_end); ``true`` goes on, one final_result per sentence. Shutdown closes every socket (1001).
 """
 
 from __future__ import annotations
@@ -34,13 +37,17 @@ from aiohttp import WSMsgType, web
 
 from asr_server.core import InferenceCore
 from asr_server.errors import ServerError
-from asr_server.protocol.asr_calls import SAMPLE_RATE, Recognized, StreamCall, model_has_details
+from asr_client.audio import pcm16_to_float
+from asr_server.protocol.asr_calls import (SAMPLE_RATE, Recognized, StreamCall, model_has_details, model_streams,
+                                           sequence_idle_seconds)
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL = "streaming_wenet"
 MIN_CHUNK_S = 0.3  # audio gathered before a request to the model
-IDLE_S = 30.0  # a socket that sends nothing for this long is closed and its sequence freed
+MAX_CHUNK_S = 10.0  # audio of one request at most (the models take at most 60 s per request)
+IDLE_S = 30.0  # a socket that sends nothing for this long is closed (sooner if the model drops idle sequences)
 MAX_MESSAGE_BYTES = 4 << 20  # one frame: 2 minutes of int16 or 1 minute of float32 audio
+SESSIONS = web.AppKey("asr_websocket_sessions", set)
 
 
 class ProtocolError(Exception):
@@ -84,7 +91,7 @@ class WenetDialect(Dialect):
     def samples(self, data: bytes) -> np.ndarray:
         if len(data) % 2:
             raise ProtocolError("binary frames are 16-bit PCM: an odd number of bytes")
-        return np.frombuffer(data, "<i2").astype(np.float32) / 32768.0
+        return pcm16_to_float(data)
 
     def _nbest(self, segment: dict, words: bool) -> str:
         hypotheses = segment.get("nbest") or [{"text": segment.get("text", "")}]
@@ -169,10 +176,15 @@ class SocketSession:
             async for message in self._messages():
                 if await self._on(message):
                     break
-        except ProtocolError as error:
+        except (ProtocolError, ServerError) as error:
             await self._refuse(str(error))
-        except ServerError as error:
-            await self._refuse(str(error))
+        except (ConnectionError, asyncio.CancelledError):
+            pass  # the client or the server's shutdown went away: nothing to tell
+        except (ValueError, RecursionError) as error:  # e.g. JSON nested past the parser's depth
+            await self._refuse(f"malformed message: {type(error).__name__}")
+        except Exception:  # noqa: BLE001 - a bug here must not become a 500 on a hijacked connection
+            log.exception("websocket stream failed")
+            await self._refuse("internal error")
         finally:
             if self.call is not None:
                 await self.call.abort()  # a socket that dropped or erred frees its sequence now
@@ -181,21 +193,34 @@ class SocketSession:
 
     async def _messages(self):
         while True:
+            idle = self._idle_seconds()
             try:
-                message = await self.ws.receive(timeout=IDLE_S)
+                message = await self.ws.receive(timeout=idle)
             except asyncio.TimeoutError:
-                raise ProtocolError(f"no message for {IDLE_S:g} s: the stream is closed") from None
+                raise ProtocolError(f"no message for {idle:g} s: the stream is closed") from None
             if message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
                 return
             yield message
 
+    def _idle_seconds(self) -> float:
+        """How long the socket may stay silent: IDLE_S, or less when the model drops idle sequences sooner (a
+        little before it does, so that the client is told instead of finding its sequence gone)."""
+        if self.call is None:
+            return IDLE_S
+        model_idle = sequence_idle_seconds(self.core, self.model)
+        return min(IDLE_S, max(0.5, model_idle - 0.5)) if model_idle > 0 else IDLE_S
+
     async def _refuse(self, message: str) -> None:
         log.info("websocket %s: %s", self.dialect.name if self.dialect else "?", message)
-        if not self.ws.closed:
+        if self.ws.closed:
+            return
+        try:
             if self.dialect is not None:
                 await self.dialect.error(message)
             else:
                 await self.ws.send_str(json.dumps({"status": "failed", "error": message, "message": message}))
+        except ConnectionError:
+            pass
 
     async def _on(self, message) -> bool:
         """Handle one frame; True when the stream is over."""
@@ -206,8 +231,7 @@ class SocketSession:
                 self._begin(SherpaDialect(self.ws), endpoint=True)
             if self.call is None:
                 raise ProtocolError("Start signal is expected before binary data")
-            await self._add(self.dialect.samples(message.data))
-            return False
+            return await self._add(self.dialect.samples(message.data))
         raise ProtocolError(f"unexpected frame type {message.type.name}")
 
     async def _on_text(self, text: str) -> bool:
@@ -232,7 +256,7 @@ class SocketSession:
                     raise ProtocolError("boolean true or false is expected for continuous_decoding option")
                 if self.call is not None:
                     raise ProtocolError("start was already sent on this socket")
-                self._begin(WenetDialect(self.ws, nbest, continuous), endpoint=continuous)
+                self._begin(WenetDialect(self.ws, nbest, continuous), endpoint=True)
                 await self.ws.send_str(json.dumps({"status": "ok", "type": "server_ready"}))
                 return False
             if body["signal"] == "end":
@@ -244,30 +268,47 @@ class SocketSession:
 
     def _begin(self, dialect: Dialect, endpoint: bool) -> None:
         self.dialect = dialect
-        details = model_has_details(self.core, self.model)  # ServerError (told to the client) if no such model
+        if not model_streams(self.core, self.model):  # ServerError (told to the client) if no such model
+            raise ProtocolError(f"model '{self.model}' does not stream (no sequence batcher): name a streaming "
+                                "model with ?model=")
+        details = model_has_details(self.core, self.model)
         self.call = StreamCall(self.core, self.model, self._parameters(endpoint), details=details)
 
-    async def _add(self, samples: np.ndarray) -> None:
+    async def _add(self, samples: np.ndarray) -> bool:
+        """Gather audio; True when the utterance ended (WeNet's single-utterance mode at its first pause)."""
         self.pending.append(samples)
         self.pending_samples += samples.size
         if self.pending_samples >= MIN_CHUNK_S * SAMPLE_RATE:
-            await self._send(last=False)
+            return await self._send(last=False)
+        return False
 
-    async def _send(self, last: bool) -> None:
+    async def _send(self, last: bool) -> bool:
         audio = np.concatenate(self.pending) if self.pending else np.zeros(0, np.float32)
         self.pending, self.pending_samples = [], 0
-        result = await self.call.send(audio, last=last)
-        await self._tell(result, last)
+        step = int(MAX_CHUNK_S * SAMPLE_RATE)
+        pieces = [audio[i:i + step] for i in range(0, audio.size, step)] or [audio]
+        for i, piece in enumerate(pieces):
+            final = last and i == len(pieces) - 1
+            if await self._tell(await self.call.send(piece, last=final), final):
+                return True
+        return False
 
-    async def _tell(self, result: Recognized, last: bool) -> None:
+    async def _tell(self, result: Recognized, last: bool) -> bool:
+        """Tell the client a chunk's answer; True when the utterance is over."""
         details = result.details or {"text": result.text, "segment": 0}
         finals = details.get("finals", [])
+        single = isinstance(self.dialect, WenetDialect) and not self.dialect.continuous
+        if single and finals and not last:  # WeNet without continuous decoding: the first pause ends it
+            await self.dialect.final(finals[0], last=True)
+            await self.call.abort()
+            return True
         for i, segment in enumerate(finals):
             await self.dialect.final(segment, last=last and i == len(finals) - 1)
         if last and not finals:
             await self.dialect.final(dict(details, text=details.get("text", "")), last=True)
         if not last:
             await self.dialect.partial(details.get("text", ""), details)
+        return last
 
     async def _end(self) -> None:
         await self._send(last=True)
@@ -276,8 +317,19 @@ class SocketSession:
 async def handle_socket(core: InferenceCore, request: web.Request) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, heartbeat=None)
     await ws.prepare(request)
-    await SocketSession(core, request, ws).run()
+    sockets = request.app[SESSIONS]
+    sockets.add(ws)
+    try:
+        await SocketSession(core, request, ws).run()
+    finally:
+        sockets.discard(ws)
     return ws
+
+
+async def close_sockets(app: web.Application) -> None:
+    """Shutdown: every open stream is told (1001, going away) instead of holding the exit timeout."""
+    for ws in list(app[SESSIONS]):
+        await ws.close(code=1001, message=b"the server is shutting down")
 
 
 WEB = Path(__file__).with_name("web")  # the page's static files, shipped in the package
@@ -297,6 +349,8 @@ def add_routes(app: web.Application, core: InferenceCore) -> None:
         name = request.match_info["name"]
         return web.FileResponse(WEB / name, headers={"Content-Type": PAGE_FILES[name]})
 
+    app[SESSIONS] = set()
+    app.on_shutdown.append(close_sockets)
     app.router.add_get("/", root)
     for name in PAGE_FILES:
         app.router.add_get(f"/{{name:{name.replace('.', '[.]')}}}", asset)

@@ -166,8 +166,9 @@ async def test_a_wrong_model_or_url_is_one_line_that_says_what_to_do(url, corpus
     # a URL typed with a scheme works; Triton's HTTP port is named as such
     assert await asyncio.to_thread(main, ["transcribe", wav, "-u", f"http://{url}/", "--no-progress"]) == 0
     capsys.readouterr()
-    assert await asyncio.to_thread(main, ["transcribe", wav, "-u", "http://127.0.0.1:8000"]) == 2
-    assert "asr-client speaks gRPC" in capsys.readouterr().err
+    assert await asyncio.to_thread(main, ["transcribe", wav, "-u", "http://127.0.0.1:8000"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach server at 127.0.0.1:8000" in err and "asr-client speaks gRPC" in err
 
 
 async def test_stream_stdin_sniffs_a_piped_file_and_wants_a_rate_for_raw_pcm(url, corpus, capsys, monkeypatch):
@@ -193,3 +194,10 @@ def test_hotwords_take_a_file_or_an_inline_list(tmp_path):
         parse_phrases(args.hotwords, 2.0)
     args = build_parser().parse_args(["stream", "x.wav", "--hotwords", "chairs|beach:3"])
     assert args.hotwords == "chairs|beach:3"
+
+
+def test_a_long_inline_hotword_list_is_not_taken_for_a_file():
+    from asr_client.cli import build_parser
+
+    inline = "|".join(f"phrase number {i}" for i in range(40))  # longer than a file name can be
+    assert build_parser().parse_args(["stream", "x.wav", "--hotwords", inline]).hotwords == inline

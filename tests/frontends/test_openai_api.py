@@ -69,3 +69,15 @@ async def test_errors_come_back_in_openais_shape(running):
                                                      response_format="doc")
         assert info.value.body["param"] == "response_format"
         await client.close()
+
+
+async def test_a_file_longer_than_the_cap_is_refused_before_it_is_decoded(running, monkeypatch):
+    from asr_server.protocol import openai_api
+
+    monkeypatch.setattr(openai_api, "MAX_AUDIO_S", 1.0)
+    async with running(BUNDLED_REPO, allow_grpc=False) as server:
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{server.http_port}/v1", api_key="unused")
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.audio.transcriptions.create(model="whisper-1", file=DATA / f"{UTT}.flac")
+        assert "at most 1 s" in info.value.body["message"] and info.value.body["param"] == "file"
+        await client.close()

@@ -142,3 +142,22 @@ async def test_the_page_is_served_at_the_root(running):
                     body = await reply.text()
                     assert reply.status == 200 and kind in reply.headers["Content-Type"], path
                     assert marker in body or path == "/", path
+
+
+async def test_restrictions_and_models_that_do_not_stream(running):
+    async with running(BUNDLED_REPO, allow_grpc=False, http_restricted_apis=("inference:key=secret",)) as server:
+        base = f"127.0.0.1:{server.http_port}"
+        async with aiohttp.ClientSession() as session:
+            # --http-restricted-api inference covers the WebSocket and the OpenAI endpoint as it covers /infer
+            with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+                await session.ws_connect(f"ws://{base}/")
+            assert info.value.status == 403
+            async with session.post(f"http://{base}/v1/audio/transcriptions", data=b"x") as reply:
+                assert reply.status == 403
+            async with session.get(f"http://{base}/") as reply:  # the page itself is not inference
+                assert reply.status == 200
+            async with session.ws_connect(f"ws://{base}/?model=attention_rescoring",
+                                          headers={"key": "secret"}) as ws:
+                await ws.send_str(json.dumps({"signal": "start"}))
+                text = " ".join(str(m.data) for m in [m async for m in ws])
+            assert "does not stream" in text

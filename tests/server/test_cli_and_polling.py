@@ -142,3 +142,13 @@ async def test_poll_mode_loads_new_reloads_changed_and_unloads_removed_models(tm
 
         assert await wait_until(gone)
         await client.close()
+
+
+async def test_the_port_probe_takes_ipv6_as_grpc_writes_it(tmp_path: Path):
+    from asr_server.server import Server
+    from tests.conftest import BUNDLED_REPO, copy_model, local_settings
+
+    copy_model(tmp_path, BUNDLED_REPO / "add_sub")
+    server = Server(local_settings(tmp_path, grpc_address="[::1]", grpc_port=0, allow_http=False,
+                                   allow_metrics=False))
+    server._check_ports_free()  # "[::1]" with brackets: no gaierror, no refusal

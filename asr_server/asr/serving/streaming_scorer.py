@@ -339,9 +339,10 @@ class StreamingScorer:
             self.failed[chunk.key] = (reason or "no state", now)
         if reason is not None:
             return StreamFailed(f"sequence {chunk.key} failed on an earlier chunk ({reason}); its audio since "
-                                "then is not decoded: start a new sequence with START")
+                                "then is not decoded: start a new sequence with START", "INVALID_ARG")
         return StreamFailed(f"sequence {chunk.key} has no decoding state (it was idle longer than "
-                            f"{self.settings.idle_seconds:g} s, or never started): start it again with START")
+                            f"{self.settings.idle_seconds:g} s, or never started): start it again with START",
+                            "INVALID_ARG")
 
     def drop(self, key: SequenceKey) -> None:
         self.streams.pop(key, None)

@@ -38,7 +38,7 @@ function onMessage(event) {
     if (best && best.sentence) showFinal(best);
   } else if (msg.type === "speech_end") {
     document.body.dataset.done = "1";
-    if (socket) socket.close();
+    event.target.close();  // this socket's stream is over (a newer one may be running)
   }
 }
 
@@ -55,8 +55,19 @@ async function start() {
   socket = new WebSocket(`${scheme}://${location.host}/?model=${encodeURIComponent($("model").value)}`);
   socket.binaryType = "arraybuffer";
   socket.onmessage = onMessage;
+  try {
+    await new Promise((resolve, reject) => {
+      socket.onopen = resolve;
+      socket.onerror = () => reject(new Error("the connection failed"));
+      socket.onclose = () => reject(new Error("the server closed the connection"));
+    });
+  } catch (e) {
+    status(e.message);
+    stream.getTracks().forEach((t) => t.stop());
+    return;
+  }
   socket.onerror = () => status("the connection failed");
-  await new Promise((resolve) => { socket.onopen = resolve; });
+  socket.onclose = null;
   socket.send(JSON.stringify({ signal: "start", nbest: 1, continuous_decoding: true }));
   context = new AudioContext();
   await context.audioWorklet.addModule("pcm-worklet.js");
@@ -78,25 +89,33 @@ function stop() {
   $("stop").disabled = true;
 }
 
+function clock(seconds, decimal) {
+  const ms = Math.round(seconds * 1000);
+  const pad = (n, w) => String(n).padStart(w, "0");
+  return `${pad(Math.floor(ms / 3600000), 2)}:${pad(Math.floor(ms / 60000) % 60, 2)}:` +
+         `${pad(Math.floor(ms / 1000) % 60, 2)}${decimal}${pad(ms % 1000, 3)}`;
+}
+
+function subtitles(segments, vtt) {
+  const cues = segments.map((s, i) => `${vtt ? "" : `${i + 1}\n`}${clock(s.start, vtt ? "." : ",")} --> ` +
+                                      `${clock(s.end, vtt ? "." : ",")}\n${s.text}\n`);
+  return (vtt ? "WEBVTT\n\n" : "") + cues.join("\n");
+}
+
 async function transcribeFile(file) {
   $("filetext").textContent = `transcribing ${file.name} ...`;
-  const ask = async (format) => {
-    const form = new FormData();
-    form.append("file", file, file.name);
-    form.append("model", "whisper-1");
-    form.append("response_format", format);
-    if (format === "verbose_json") form.append("timestamp_granularities[]", "word");
+  const form = new FormData();  // one request: the subtitles are made here from its segments
+  form.append("file", file, file.name);
+  form.append("model", "whisper-1");
+  form.append("response_format", "verbose_json");
+  form.append("timestamp_granularities[]", "segment");
+  try {
     const reply = await fetch("/v1/audio/transcriptions", { method: "POST", body: form });
     if (!reply.ok) throw new Error((await reply.json()).error.message);
-    return format === "verbose_json" ? reply.json() : reply.text();
-  };
-  try {
-    const result = await ask("verbose_json");
+    const result = await reply.json();
     $("filetext").textContent = result.text;
-    for (const [format, id] of [["srt", "srt"], ["vtt", "vtt"]]) {
-      const text = await ask(format);
-      $(id).href = URL.createObjectURL(new Blob([text], { type: "text/plain" }));
-    }
+    $("srt").href = URL.createObjectURL(new Blob([subtitles(result.segments, false)], { type: "text/plain" }));
+    $("vtt").href = URL.createObjectURL(new Blob([subtitles(result.segments, true)], { type: "text/vtt" }));
     $("subs").hidden = false;
   } catch (e) {
     $("filetext").textContent = `failed: ${e.message}`;
