@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
+# the commit message check (CONTRIBUTING.md), for clones that commit
+if git rev-parse --git-dir >/dev/null 2>&1; then git config core.hooksPath scripts/hooks; fi
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
