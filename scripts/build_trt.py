@@ -96,6 +96,19 @@ def describe(step: dict, args) -> str:
     return "\n".join(lines)
 
 
+def tensorrt_missing(steps: list[dict]) -> str:
+    """Why the engines cannot be built here ('' when they can): neither trtexec nor the tensorrt module."""
+    if all(step["build"] for step in steps):  # trtexec builds every one
+        return ""
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        return ("TensorRT is not installed here: neither trtexec on PATH nor the tensorrt Python module (pip "
+                "install 'asr-server[tensorrt]' on a machine with an NVIDIA GPU). --dry-run prints the commands "
+                "and optimisation profiles without it.")
+    return ""
+
+
 def build_with_python_api(step: dict, args) -> None:
     """The TensorRT 10 Python API equivalent of the trtexec command."""
     import tensorrt as trt
@@ -150,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print("\n\n".join(describe(step, args) for step in steps))
         return 0
+    missing = tensorrt_missing(steps)
+    if missing:
+        print(f"build_trt: {missing}", file=sys.stderr)
+        return 2
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for step in steps:
         print(describe(step, args), flush=True)

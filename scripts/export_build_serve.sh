@@ -14,6 +14,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON=python3
+case "${1:-}" in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 [ $# -ge 2 ] || { sed -n 2,3p "$0"; exit 2; }
 MODEL_DIR="$1"; WORK="$2"; shift 2
 BUILD_FLAGS=(); DRY=0
