@@ -28,7 +28,8 @@ from asr_client.audio import (SAMPLE_RATE, SNIFF_BYTES, AudioError, decode_audio
                               looks_like_container, read_pcm16_blocks)
 from asr_client.batch import BatchResult, TranscribeOptions, UtteranceResult, transcribe_files
 from asr_client.inputs import InputError, Utterance, collect_utterances
-from asr_client.microphone import MicrophoneUnavailable, microphone_blocks, require_sounddevice
+from asr_client.microphone import (MicrophoneUnavailable, check_input_device, microphone_blocks,
+                                  require_sounddevice)
 from asr_client.offline import DEFAULT_OFFLINE_MODEL
 from asr_client.streaming import (
     DEFAULT_CHUNK_MS,
@@ -191,7 +192,7 @@ async def _stream_command(args: argparse.Namespace) -> int:
     stops_on_ctrl_c = False
     try:
         if args.microphone:
-            require_sounddevice()
+            check_input_device(require_sounddevice())
             source = microphone_blocks(args.chunk_ms, stop, args.duration)
             # Ctrl-C ends the utterance (END is sent, the final printed) rather than killing the stream.
             stops_on_ctrl_c = _on_sigint(stop.set)

@@ -27,6 +27,15 @@ def require_sounddevice():
     return sounddevice
 
 
+def check_input_device(sounddevice) -> None:
+    """MicrophoneUnavailable naming the device error when no input device can record 16 kHz mono int16 (found
+    before the stream starts: raised inside a running stream it would surface as the stream's cancellation)."""
+    try:
+        sounddevice.check_input_settings(samplerate=SAMPLE_RATE, channels=1, dtype="int16")
+    except Exception as error:  # noqa: BLE001 - PortAudioError or ValueError ("No input device matching ...")
+        raise MicrophoneUnavailable(f"no usable input device: {error}") from error
+
+
 async def microphone_blocks(
     block_ms: float, stop: asyncio.Event, duration_s: Optional[float] = None
 ) -> AsyncIterator[np.ndarray]:

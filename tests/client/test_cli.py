@@ -103,6 +103,9 @@ class FakeSoundDevice:
     def __init__(self, recording: np.ndarray):
         self.pcm = (recording * 32767).astype("<i2").tobytes()
 
+    def check_input_settings(self, samplerate, channels, dtype):
+        assert (samplerate, channels, dtype) == (16000, 1, "int16")
+
     def RawInputStream(self, samplerate, channels, dtype, blocksize, callback):  # noqa: N802 - sounddevice's name
         assert (samplerate, channels, dtype) == (16000, 1, "int16")
         pcm, block_bytes = self.pcm, blocksize * 2
@@ -201,3 +204,14 @@ def test_a_long_inline_hotword_list_is_not_taken_for_a_file():
 
     inline = "|".join(f"phrase number {i}" for i in range(40))  # longer than a file name can be
     assert build_parser().parse_args(["stream", "x.wav", "--hotwords", inline]).hotwords == inline
+
+
+async def test_a_microphone_without_an_input_device_is_one_line(url, capsys, monkeypatch):
+    class NoDevice:
+        def check_input_settings(self, **settings):
+            raise ValueError("No input device matching settings")
+
+    monkeypatch.setitem(sys.modules, "sounddevice", NoDevice())
+    assert await asyncio.to_thread(main, ["stream", "--microphone", "-u", url]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "asr-client: no usable input device: No input device matching settings"
