@@ -141,7 +141,9 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, beam: int, chunk_size: in
         shared["hotwords_file"] = "hotwords.txt"
         tokenizer_files["hotwords.txt"] = hotwords
     fbank = {"num_mel_bins": mel, "frame_length_ms": 25, "frame_shift_ms": 10, "sample_rate": 16000}
-    max_samples = MAX_AUDIO_SECONDS * fbank["sample_rate"]
+    # twice the accepted audio: a WAV a little over MAX_AUDIO_SECONDS still reaches the feature extractor, whose
+    # refusal says what to do (use --long); the bound is for WAV rows padded far past their WAV_LENS
+    max_samples = 2 * MAX_AUDIO_SECONDS * fbank["sample_rate"]
     max_frames = MAX_AUDIO_SECONDS * 1000 // fbank["frame_shift_ms"] + right_context + 1
     max_encoder_frames = max_frames // subsampling + 1
     wav_in = [tensor("wav", "TYPE_FP32", [-1]), tensor("wav_lens", "TYPE_INT32", [1])]

@@ -33,7 +33,7 @@ def config(name: str) -> mc.ModelConfig:
 def test_every_pipeline_model_carries_its_bound():
     for name in BOUNDED:
         assert int(config(name).parameters[MAX_INPUT_DIM_PARAMETER].string_value) > 0, name
-    assert config("feature_extractor").parameters[MAX_INPUT_DIM_PARAMETER].string_value == str(60 * 16000)
+    assert config("feature_extractor").parameters[MAX_INPUT_DIM_PARAMETER].string_value == str(2 * 60 * 16000)
 
 
 def test_the_bound_is_checked_before_any_work():
@@ -59,12 +59,12 @@ async def test_oversized_inputs_are_refused_and_the_server_goes_on(running):
             with pytest.raises(InferenceServerException, match="at most 6007") as info:
                 await client.infer("encoder", [speech, lengths])
             assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
-            wide = np.zeros((1, 2_000_000), np.float32)  # 8 MiB of WAV, WAV_LENS says 1 s
+            wide = np.zeros((1, 4_000_000), np.float32)  # 16 MiB of WAV, WAV_LENS says 1 s
             wav = aioclient.InferInput("WAV", list(wide.shape), "FP32")
             wav.set_data_from_numpy(wide)
             lens = aioclient.InferInput("WAV_LENS", [1, 1], "INT32")
             lens.set_data_from_numpy(np.array([[16000]], np.int32))
-            with pytest.raises(InferenceServerException, match="at most 960000"):
+            with pytest.raises(InferenceServerException, match="at most 1920000"):
                 await client.infer("attention_rescoring", [wav, lens])
             assert await client.is_server_live()
         finally:
