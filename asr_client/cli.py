@@ -202,7 +202,7 @@ async def _stream_command(args: argparse.Namespace) -> int:
             source = (await asyncio.to_thread(load_audio, args.audio)).samples
         printer = PartialPrinter(sys.stderr)
         if options.details:
-            printer = SegmentPrinter(printer, sys.stdout, args.words)
+            printer = SegmentPrinter(printer, sys.stdout, args.words, as_json=args.json)
         args.url = preflight.grpc_url(args.url)
         async with grpcclient.InferenceServerClient(args.url) as grpc_client:
             if not await _reachable(grpc_client, args.url):
@@ -217,10 +217,11 @@ async def _stream_command(args: argparse.Namespace) -> int:
     finally:
         if stops_on_ctrl_c:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
-    if args.json:
+    if args.json:  # the last line: the whole result (with --endpoint/--words, each segment had its own line)
         print(json.dumps(dict(
-            text=result.text, sequence_id=result.sequence_id, audio_s=round(result.audio_s, 3),
+            type="result", text=result.text, sequence_id=result.sequence_id, audio_s=round(result.audio_s, 3),
             elapsed_s=round(result.elapsed_s, 4),
+            segments=[_segment_record(s) for p in result.partials for s in p.finals if s.get("text")],
             partials=[dict(text=p.text, audio_end_s=round(p.audio_end_s, 3), latency_ms=round(p.latency_s * 1e3, 2))
                       for p in result.partials],
         ), ensure_ascii=False))
@@ -245,14 +246,25 @@ async def _stdin_source(args: argparse.Namespace, options: StreamOptions):
                      "s16le mono PCM give its rate with --pcm-rate (e.g. --pcm-rate 16000)")
 
 
+def _segment_record(segment: dict) -> dict:
+    """A segment's JSON line: its index, times, text and words (with times and confidence when asked for)."""
+    record = {"type": "segment", "segment": segment.get("segment", 0), "start": segment.get("start", 0.0),
+              "end": segment.get("end", 0.0), "text": segment.get("text", "")}
+    if segment.get("words"):
+        record["words"] = [{k: w[k] for k in ("word", "start", "end", "confidence") if k in w}
+                           for w in segment["words"]]
+    return record
+
+
 class SegmentPrinter:
     """Prints every segment's final (endpointing, or END) on `out` as it ends: `[start - end] text`, and with
     `words` one `  word start end confidence` line per word; partials still go to the PartialPrinter."""
 
-    def __init__(self, partials: PartialPrinter, out: TextIO, words: bool):
+    def __init__(self, partials: PartialPrinter, out: TextIO, words: bool, as_json: bool = False):
         self._partials = partials
         self._out = out
         self._words = words
+        self._json = as_json  # one JSON object per segment line instead of text
 
     def __call__(self, partial: Partial) -> None:
         finals = partial.finals
@@ -260,6 +272,10 @@ class SegmentPrinter:
             self._partials.finish()
         for segment in finals:
             if not segment.get("text"):
+                continue
+            if self._json:
+                self._out.write(json.dumps(_segment_record(segment), ensure_ascii=False) + "\n")
+                self._out.flush()
                 continue
             self._out.write(f"[{segment.get('start', 0.0):8.2f} - {segment.get('end', 0.0):8.2f}] "
                             f"{segment['text']}\n")

@@ -220,3 +220,18 @@ async def test_cli_stream_prints_each_segment_as_it_ends(running, tmp_path, caps
     segments = [line for line in out.splitlines() if line.startswith("[")]
     assert len(segments) == len(spans), out  # one segment per sentence: each 1 s pause ended one
     assert "can you bring two chairs to the beach" in out
+
+
+async def test_cli_stream_json_is_one_object_per_line(running, tmp_path, capsys):
+    from asr_client.cli import main
+
+    path, _, spans = long_file(tmp_path, pause_s=1.0)
+    async with running(BUNDLED_REPO, allow_http=False) as server:
+        rc = await asyncio.to_thread(main, ["stream", str(path), "--endpoint", "--words", "--json", "--chunk-ms",
+                                            "640", "-u", f"127.0.0.1:{server.grpc_port}"])
+    out = capsys.readouterr().out
+    records = [json.loads(line) for line in out.splitlines()]  # nothing but JSON on stdout
+    assert rc == 0 and records[-1]["type"] == "result"
+    segments = [r for r in records if r["type"] == "segment"]
+    assert len(segments) == len(spans) and segments == records[-1]["segments"]
+    assert all(s["words"] and {"word", "start", "end"} <= set(s["words"][0]) for s in segments)
