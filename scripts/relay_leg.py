@@ -150,6 +150,38 @@ def train(state: dict, leg: int, data: Path, minutes: float, state_dir: Path) ->
     return exp
 
 
+def record_leg(state_dir: Path, state: dict, leg: int, model_dir: Path, steps: int, minutes: float,
+               data_h: float, hours_seen: float, wer: dict[str, float]) -> None:
+    """The leg's model and its line become the relay's state (this folder is what the next leg continues)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("final.pt", "train.yaml", "units.txt", "bpe.model", "global_cmvn"):
+        shutil.copyfile(model_dir / name, state_dir / name)
+    state.update(leg=leg, step=state["step"] + steps, hours_seen=round(state["hours_seen"] + hours_seen, 1),
+                 minutes=round(state["minutes"] + minutes, 1))
+    (state_dir / "relay.json").write_text(json.dumps(state, indent=1) + "\n")
+    log = state_dir / "legs.tsv"
+    if not log.exists():
+        log.write_text("\t".join([*LOG_COLUMNS, *sorted(wer)]) + "\n")
+    header = log.read_text().splitlines()[0].split("\t")
+    row = {"leg": leg, "date": time.strftime("%F"), "step": state["step"], "train_min": round(minutes, 1),
+           "data_h": round(data_h, 2), "hours_seen": state["hours_seen"], **{k: f"{v:.2f}" for k, v in wer.items()}}
+    with open(log, "a") as fh:
+        fh.write("\t".join(str(row.get(c, "")) for c in header) + "\n")
+
+
+def adopt(state_dir: Path, state: dict, model_dir: Path) -> int:
+    """A leg trained elsewhere (a GPU leg, scripts/relay_gpu.py): evaluate its model dir and record it."""
+    import yaml
+
+    training = yaml.safe_load((model_dir / "train.yaml").read_text()).get("training", {})
+    steps = int(training.get("this_run_steps", training.get("steps", state["step"]) - state["step"]))
+    leg = state["leg"] + 1
+    wer = evaluate(model_dir, ROOT / "legs" / f"eval_leg{leg}.json")
+    record_leg(state_dir, state, leg, model_dir, steps, float(training.get("minutes", 0.0)), 0.0, 0.0, wer)
+    print(f"leg {leg} (adopted from {model_dir}): step {state['step']}; state in {state_dir} (commit it)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--state", type=Path, default=REPO / "models" / "open_en_wip", help="the committed state folder")
@@ -158,6 +190,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-setup", action="store_true", help="voices and real speech are installed")
     ap.add_argument("--eval-only", type=Path, default=None, metavar="MODEL_DIR",
                     help="evaluate this model dir on the relay's splits and stop")
+    ap.add_argument("--adopt", type=Path, default=None, metavar="MODEL_DIR",
+                    help="record a leg trained elsewhere (a GPU leg): evaluate it and make it the state")
     args = ap.parse_args(argv)
 
     state_path = args.state / "relay.json"
@@ -167,6 +201,8 @@ def main(argv=None) -> int:
     if args.eval_only:
         print(json.dumps(evaluate(args.eval_only, ROOT / "legs" / f"eval_{args.eval_only.name}.json"), indent=1))
         return 0
+    if args.adopt:
+        return adopt(args.state, state, args.adopt)
     leg = state["leg"] + 1
     data = make_data(leg, args.data_minutes, state["seed"])
     data_h = sum(float(line.split()[1]) for line in (data / "utt2dur").read_text().splitlines()) / 3600
@@ -180,21 +216,7 @@ def main(argv=None) -> int:
     ckpt = torch.load(exp / "checkpoint.pt", map_location="cpu", weights_only=False)
     steps = ckpt["state"]["step"]
     epochs = steps * state["schedule"]["batch"] / max(1, len((data / "text").read_text().splitlines()))
-    args.state.mkdir(parents=True, exist_ok=True)
-    for name in ("final.pt", "train.yaml", "units.txt", "bpe.model", "global_cmvn"):
-        shutil.copyfile(exp / "final" / name, args.state / name)
-    state.update(leg=leg, step=state["step"] + steps, hours_seen=round(state["hours_seen"] + data_h * epochs, 1),
-                 minutes=round(state["minutes"] + minutes, 1))
-    state_path.write_text(json.dumps(state, indent=1) + "\n")
-    log = args.state / "legs.tsv"
-    columns = sorted(wer)
-    if not log.exists():
-        log.write_text("\t".join([*LOG_COLUMNS, *columns]) + "\n")
-    header = log.read_text().splitlines()[0].split("\t")
-    row = {"leg": leg, "date": time.strftime("%F"), "step": state["step"], "train_min": round(minutes, 1),
-           "data_h": round(data_h, 2), "hours_seen": state["hours_seen"], **{k: f"{v:.2f}" for k, v in wer.items()}}
-    with open(log, "a") as fh:
-        fh.write("\t".join(str(row.get(c, "")) for c in header) + "\n")
+    record_leg(args.state, state, leg, exp / "final", steps, minutes, data_h, data_h * epochs, wer)
     print(f"leg {leg} done: step {state['step']}, {minutes:.0f} min; state in {args.state} (commit it)", flush=True)
     return 0
 

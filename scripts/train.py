@@ -138,6 +138,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lead-silence-share", type=float, default=0.0,
                     help="share of augmented utterances given 0.3-1.5 s more leading silence (the first word "
                          "after a pause)")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU leg (batches are made on the CPU)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=777)
     ap.add_argument("--finalize", action="store_true",
@@ -159,12 +160,14 @@ def main(argv=None) -> int:
             setattr(args, name, saved.get(name, getattr(args, name)))
     torch.manual_seed(args.seed)
     model = build(args, len(symbols), cmvn)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "elapsed": 0.0}
     if not ckpt_path.exists() and args.init_from is not None:
         state_dict = torch.load(args.init_from / "final.pt", map_location="cpu", weights_only=True)
         model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state_dict.items()})
         print(f"started from {args.init_from} (global step {args.step_offset})", file=sys.stderr)
+    device = torch.device(args.device)
+    model.to(device)  # before the optimiser exists: its state then lives where the weights do
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     if ckpt_path.exists():
         ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         model.load_state_dict(ck["model"])
@@ -235,14 +238,15 @@ def main(argv=None) -> int:
     prefetch = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="batches")
     pending = prefetch.submit(load_batch, state["step"])
     while state["step"] < args.max_steps and not stop["flag"]:
-        epoch, position, chunk, (x, xl, y, yl, earliest) = pending.result()
+        epoch, position, chunk, batch = pending.result()
+        x, xl, y, yl, earliest = (t.to(device, non_blocking=True) if t is not None else None for t in batch)
         pending = prefetch.submit(load_batch, state["step"] + 1)
         lr = lr_at(args.step_offset + state["step"] + 1, args.lr, args.warmup)
         if args.rewarm_steps:
             lr *= min(1.0, (state["step"] + 1) / args.rewarm_steps)
         for g in opt.param_groups:
             g["lr"] = lr
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
             out = model(x, xl, y, yl, decoding_chunk_size=chunk, ctc_earliest=earliest)
         opt.zero_grad()
         out["loss"].backward()

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""A relay leg on a lent GPU (issue 32): prepared here on the CPU, so that a GPU window of a few minutes is used
+at once. Only 64 MiB travel to the GPU machine and 16 MiB per file come back, so a leg's audio goes as
+Ogg/Opus (about 6.5 h in 47 MiB at 16 kbit/s) and only the fp16 weights come back.
+
+    python scripts/relay_gpu.py pack --leg 2            # ROOT/legs/leg2/train -> relay_pack/ (Opus, wav.scp, text)
+    python scripts/relay_gpu.py wheels                  # kaldi-native-fbank + soundfile for the GPU's Python 3.12
+    # on the GPU machine (the device tool's run, carry: relay_pack, .whl), at most 10 minutes a call:
+    pip install --no-deps .whl/*.whl && python3 scripts/relay_gpu.py train --minutes 8 --out $OUT
+    # back here, with the files that came back:
+    python scripts/relay_gpu.py adopt --final FILES_AT/final   # evaluate, then write models/open_en_wip
+
+`train` continues models/open_en_wip with the relay's network and schedule (relay.json) on CUDA with bf16 and a
+larger batch; the optimiser's moments stay behind (they would not fit what comes back), as between CPU legs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
+PACK = REPO / "relay_pack"
+STATE = REPO / "models" / "open_en_wip"
+OPUS_KBPS = 16
+GPU_BATCH = 128
+
+
+def pack(args) -> int:
+    """The leg's training utterances as Opus under --out, until --max-mib (real speech first: it is the part
+    that cannot be regenerated on the GPU machine and matters most)."""
+    import soundfile as sf
+
+    src = args.data or ROOT / "legs" / f"leg{args.leg}" / "train"
+    wavs = dict(line.split(maxsplit=1) for line in (src / "wav.scp").read_text().splitlines())
+    texts = dict(line.split(maxsplit=1) for line in (src / "text").read_text(encoding="utf-8").splitlines()
+                 if len(line.split(maxsplit=1)) == 2)
+    order = sorted(wavs, key=lambda u: (not u.startswith(("fotaq", "drascula")), u))
+    out = args.out
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "audio").mkdir(parents=True)
+    scp, text, size = [], [], 0
+    for utt in order:
+        if utt not in texts:
+            continue
+        audio, rate = sf.read(wavs[utt].strip(), dtype="float32")
+        path = out / "audio" / f"{utt}.opus"
+        sf.write(path, audio, rate, format="OGG", subtype="OPUS", compression_level=1.0 - OPUS_KBPS / 64)
+        size += path.stat().st_size
+        if size > args.max_mib * 2**20:
+            path.unlink()
+            break
+        scp.append(f"{utt} {path.relative_to(REPO) if path.is_relative_to(REPO) else path}\n")
+        text.append(f"{utt} {texts[utt]}\n")
+    (out / "wav.scp").write_text("".join(scp))
+    (out / "text").write_text("".join(text), encoding="utf-8")
+    print(f"{out}: {len(scp)} of {len(order)} utterances, {size / 2**20:.1f} MiB")
+    return 0
+
+
+def wheels(args) -> int:
+    """Wheels the GPU image lacks, for its Python 3.12 (.whl/ is ignored by git and carried by the run)."""
+    dest = REPO / ".whl"
+    dest.mkdir(exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+                    "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64", "--platform",
+                    "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", "-d", str(dest),
+                    "kaldi-native-fbank", "soundfile", "pyyaml"], check=True)
+    return 0
+
+
+def train(args) -> int:
+    """Continue the relay's model on this machine's GPU for --minutes; the fp16 model dir goes to OUT/final."""
+    state = json.loads((STATE / "relay.json").read_text())
+    net, sch = state["network"], state["schedule"]
+    exp = Path(args.exp)
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), "--data", str(args.pack), "--exp", str(exp),
+           "--max-minutes", str(args.minutes), "--save-minutes", "100", "--threads", "8", "--device", args.device,
+           "--seed", str(state["seed"] + 1000 + state["leg"]), "--batch", str(args.batch),
+           "--d-model", str(net["d_model"]), "--heads", str(net["heads"]), "--ffn", str(net["ffn"]),
+           "--blocks", str(net["blocks"]), "--dec-blocks", str(net["dec_blocks"]), "--kernel", str(net["kernel"]),
+           "--ctc-weight", str(net["ctc_weight"]), "--reverse-weight", str(net["reverse_weight"]),
+           "--dropout", str(net["dropout"]), "--lr", str(sch["lr"]), "--warmup", str(sch["warmup"]),
+           "--curriculum-steps", str(sch["curriculum_steps"]), "--full-context-share", str(sch["full_context_share"]),
+           "--chunk-range", *map(str, sch["chunk_range"]), "--emission-slack", str(sch["emission_slack"]),
+           "--band-limit-share", str(sch["band_limit_share"]), "--lead-silence-share", str(sch["lead_silence_share"]),
+           "--step-offset", str(state["step"]), "--init-from", str(STATE), "--rewarm-steps", str(sch["rewarm_steps"])]
+    if args.device != "cpu":
+        cmd.append("--bf16")
+    t0 = time.time()
+    subprocess.run(cmd, check=True)
+    subprocess.run([*cmd, "--finalize", "--fp16-weights", "--final-dir", str(args.out / "final")], check=True)
+    shutil.copyfile(exp / "train_log.tsv", args.out / "train_log.tsv")
+    (args.out / "gpu_leg.json").write_text(json.dumps({"minutes": round((time.time() - t0) / 60, 1),
+                                                       "batch": args.batch, "device": args.device}))
+    return 0
+
+
+def adopt(args) -> int:
+    """The weights a GPU leg brought back become the relay's state, after the usual evaluation."""
+    import torch
+
+    final = args.final
+    torch.load(final / "final.pt", map_location="cpu", weights_only=True)  # fails here if it did not come back whole
+    subprocess.run([sys.executable, str(REPO / "scripts" / "relay_leg.py"), "--skip-setup", "--adopt", str(final)],
+                   check=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("--leg", type=int, default=1)
+    p.add_argument("--data", type=Path, default=None, help="a Kaldi dir instead of the leg's")
+    p.add_argument("--out", type=Path, default=PACK)
+    p.add_argument("--max-mib", type=float, default=56.0, help="what travels is 64 MiB with the rest of the tree")
+    sub.add_parser("wheels")
+    p = sub.add_parser("train")
+    p.add_argument("--pack", type=Path, default=PACK)
+    p.add_argument("--minutes", type=float, default=8.0)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
+    p.add_argument("--exp", default="/tmp/relay_gpu_exp")
+    p.add_argument("--batch", type=int, default=GPU_BATCH)
+    p.add_argument("--device", default="cuda")
+    p = sub.add_parser("adopt")
+    p.add_argument("--final", type=Path, required=True)
+    args = ap.parse_args(argv)
+    return {"pack": pack, "wheels": wheels, "train": train, "adopt": adopt}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
