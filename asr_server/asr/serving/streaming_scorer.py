@@ -188,6 +188,13 @@ class StreamingScorer:
                     self.last_details[i] = self._details(state, chunk, partial, final_of.get(i, []))
                 except Exception as exc:  # noqa: BLE001 - this chunk alone fails
                     results[i] = self._fail(chunk, _reason(exc), now)
+        # A stream is idle from when its last chunk was answered, not from when that chunk's step began: a slow
+        # step (the first one compiles the search kernels, seconds on a cold cache) must not make the next
+        # chunk, which arrived in time, find its stream dropped.
+        done = time.monotonic()
+        for state in states:
+            if state is not None:
+                state.last_seen = done
         self._close_encoder_sequences(
             [i for i in range(len(chunks)) if isinstance(results[i], StreamFailed) and states[i] is not None
              and states[i].windows_sent > 0 and i not in end_sent], chunks, run_encoder)
