@@ -368,3 +368,23 @@ def advance_streams(
             stream._advance_topk(top_vals[b, :n], top_ids[b, :n], log_probs[b, :n] if ids is None else None)
         else:
             stream.advance(log_probs[b, :n], None if ids is None else ids[b, :n])
+
+
+def warm_up(options: SearchOptions | None = None, vocab: int = 8) -> None:
+    """Compile the search kernels now (with and without hotwords, top-k and full log-probs), at model load: on a
+    cold cache the first compile takes seconds, which a first request would otherwise wait for (and streams
+    whose other state ages meanwhile would lose it)."""
+    from .hotwords import build_graph
+
+    options = options or SearchOptions()
+    rng = np.random.default_rng(0)
+    full = np.log(rng.dirichlet(np.ones(vocab), size=6)).astype(np.float32)
+    values, ids = topk_log_probs(full, min(options.tokens_per_frame, vocab))
+    for context in (None, build_graph([([1, 2], 1.0)])):
+        for with_full in (False, True):
+            search = make_search(options, context)
+            if with_full and isinstance(search, CtcPrefixBeamSearch):
+                search.advance(values, ids, full)
+            else:
+                search.advance(values, ids)
+            search.nbest()

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from ..decoding import ctc_search
 from ..decoding.details import hypothesis_details, wants_details
 from ..decoding.endpoint import RULE1, EndpointDetector, frame_energies
 from ..decoding.hotwords import Hotwords
@@ -84,6 +85,7 @@ class StreamingScorer:
         self.tokenizer = tokenizer
         self.settings = settings
         self.hotwords = hotwords or Hotwords(tokenizer.encode)  # the model's, and per-stream ones (on START)
+        ctc_search.warm_up(settings.search_options())  # compile at load, not in a stream's first chunk
         self.window = window
         self.feature_dim = feature_dim
         self.encoder_dim = encoder_dim
