@@ -67,6 +67,8 @@ async def _transcribe(samples: np.ndarray, url: str, model: str, parameters: Opt
             return Transcript(long.text, long.words, len(samples) / SAMPLE_RATE)
         config = (await client.get_model_config(model, as_json=True)).get("config", {})
         details = any(o.get("name") == "DETAILS" for o in config.get("output", []))  # word times, when it has them
+        if details:  # the words and their times come with the request parameter details
+            parameters = {**(parameters or {}), "details": True}
         result = await offline.recognize(client, samples, model, parameters=parameters, details=details)
     words = tuple(longform.Word(w["word"], w["start"], w["end"], w.get("confidence"))
                   for w in (result.details or {}).get("words", []))

@@ -81,3 +81,15 @@ async def test_a_file_longer_than_the_cap_is_refused_before_it_is_decoded(runnin
             await client.audio.transcriptions.create(model="whisper-1", file=DATA / f"{UTT}.flac")
         assert "at most 1 s" in info.value.body["message"] and info.value.body["param"] == "file"
         await client.close()
+
+
+async def test_the_python_api_gives_words_with_times(running):
+    import asyncio
+
+    import asr_client
+
+    async with running(BUNDLED_REPO, allow_http=False) as server:
+        url = f"127.0.0.1:{server.grpc_port}"
+        result = await asyncio.to_thread(asr_client.transcribe, DATA / f"{UTT}.flac", url=url)
+    assert result.text == TEXT and [w.word for w in result.words] == TEXT.split()
+    assert 0 <= result.words[0].start < result.words[0].end <= result.words[1].start + 0.01
