@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-ssl-cert", type=Path, default=None, help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--http-ssl-key", type=Path, default=None, help="HTTPS private key (PEM)")
     p.add_argument("--http-max-input-size", type=int, default=64 << 20, help="bytes; larger HTTP bodies get 413")
+    p.add_argument("--http-idle-timeout-secs", type=float, default=75.0,
+                   help="an HTTP connection without a complete request (headers) for this long is closed: idle "
+                        "keep-alive connections, and clients that dribble their headers")
+    p.add_argument("--http-body-timeout-secs", type=float, default=60.0,
+                   help="a request body that makes no progress for this long is answered 408 and its "
+                        "connection closed")
     return p
 
 
@@ -99,6 +105,8 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         http_ssl_cert=args.http_ssl_cert,
         http_ssl_key=args.http_ssl_key,
         http_max_input_size=args.http_max_input_size,
+        http_idle_timeout_secs=args.http_idle_timeout_secs,
+        http_body_timeout_secs=args.http_body_timeout_secs,
     )
 
 

@@ -84,7 +84,8 @@ class Server:
         if s.allow_http:
             from asr_server.protocol.http_app import make_app
 
-            app = make_app(self.core, self.runtime, max_body_bytes=s.http_max_input_size)
+            app = make_app(self.core, self.runtime, max_body_bytes=s.http_max_input_size,
+                           body_timeout_secs=s.http_body_timeout_secs)
             restricted = restrictions.parse(s.http_restricted_apis, grpc_side=False)
             if restricted:
                 app.middlewares.append(restrictions.http_middleware(restricted))
@@ -139,9 +140,12 @@ class Server:
 
     async def _serve(self, app: web.Application, host: str, port: int, ssl_context=None) -> int:
         # shutdown_timeout: how long stop() waits for HTTP requests in flight (a client holding a partial
-        # body included) before closing them; aiohttp's default of 60 s would override --exit-timeout-secs
+        # body included) before closing them; aiohttp's default of 60 s would override --exit-timeout-secs.
+        # keepalive_timeout: a connection whose next request's headers have not all arrived in this time is
+        # closed (aiohttp's own default is an hour, which lets slowloris clients hold connections for good)
         runner = web.AppRunner(app, access_log=None, lingering_time=LINGER_S,
-                               shutdown_timeout=self.settings.exit_timeout_secs)
+                               shutdown_timeout=self.settings.exit_timeout_secs,
+                               keepalive_timeout=self.settings.http_idle_timeout_secs)
         await runner.setup()
         site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
         await site.start()

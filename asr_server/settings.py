@@ -30,6 +30,8 @@ class ServerSettings:
     max_message_bytes: int = 1 << 30  # --grpc-max-message-bytes: larger requests get RESOURCE_EXHAUSTED
     http_max_input_size: int = 64 << 20  # --http-max-input-size: bytes; larger HTTP bodies get 413
     exit_timeout_secs: float = 30.0  # --exit-timeout-secs: drain time at shutdown
+    http_idle_timeout_secs: float = 75.0  # --http-idle-timeout-secs: no complete request headers -> closed
+    http_body_timeout_secs: float = 60.0  # --http-body-timeout-secs: a body without progress -> 408, closed
     grpc_restricted_protocols: tuple[str, ...] = ()  # --grpc-restricted-protocol=<groups>:<key>=<value>
     http_restricted_apis: tuple[str, ...] = ()  # --http-restricted-api=<groups>:<key>=<value>
     grpc_use_ssl: bool = False  # --grpc-use-ssl
@@ -65,4 +67,8 @@ def validate(settings: ServerSettings) -> ServerSettings:
     http_ssl_context(settings)
     if settings.http_max_input_size <= 0:
         raise ValueError("--http-max-input-size must be positive")
+    for flag, value in (("--http-idle-timeout-secs", settings.http_idle_timeout_secs),
+                        ("--http-body-timeout-secs", settings.http_body_timeout_secs)):
+        if not value > 0:
+            raise ValueError(f"{flag} must be positive")
     return settings

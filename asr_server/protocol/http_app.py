@@ -20,6 +20,7 @@ from aiohttp import web
 from asr_server.core import InferenceCore
 from asr_server.errors import ErrorCode, ServerError, as_server_error, invalid_argument
 from asr_server.protocol import openai_api, websocket_asr
+from asr_server.protocol.http_deadlines import BODY_TIMEOUT_KEY, BodyStalled, stalled_bodies_end
 from asr_server.protocol import http_converters as hc
 from asr_server.protocol import parameters as rules
 from asr_server.protocol.runtime_settings import RuntimeSettings
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_BODY_BYTES = 64 << 20  # bytes; Triton's default --http-max-input-size
+BODY_TIMEOUT_SECS = 60.0  # --http-body-timeout-secs (nginx's client_body_timeout)
 # JSON work above these sizes runs in a worker thread (json and numpy list conversion hold the GIL
 # but not the loop); below them the hop would cost more than the work.
 OFFLOAD_JSON_BYTES = 64 * 1024  # bytes of request JSON
@@ -73,6 +75,8 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
     except web.HTTPRequestEntityTooLarge:  # raised by request.read() once a body passes client_max_size
         log.warning("%s %s: body over the cap", request.method, request.path)
         return too_large(limit)
+    except BodyStalled:
+        raise  # answered by stalled_bodies_end, the middleware around this one
     except web.HTTPException as exc:  # routing errors raised by aiohttp itself
         if exc.status < 400:
             raise
@@ -255,10 +259,12 @@ def _no_cuda_region(request: web.Request) -> None:
         raise ServerError(f"Unable to find cuda shared memory region: '{region}'", ErrorCode.NOT_FOUND)
 
 
-def make_app(core: InferenceCore, settings: RuntimeSettings, max_body_bytes: int = MAX_BODY_BYTES) -> web.Application:
+def make_app(core: InferenceCore, settings: RuntimeSettings, max_body_bytes: int = MAX_BODY_BYTES,
+             body_timeout_secs: float = BODY_TIMEOUT_SECS) -> web.Application:
     service = HttpService(core, settings)
-    app = web.Application(middlewares=[errors_as_json], client_max_size=max_body_bytes)
+    app = web.Application(middlewares=[stalled_bodies_end, errors_as_json], client_max_size=max_body_bytes)
     app[MAX_BODY_KEY] = max_body_bytes
+    app[BODY_TIMEOUT_KEY] = body_timeout_secs
     r = app.router
     r.add_get("/v2/health/live", service.live)
     r.add_get("/v2/health/ready", service.ready)
