@@ -9,7 +9,11 @@ free 127.0.0.1 ports, and stops it at the end. For --minutes:
 - one offline client sends utterances through `attention_rescoring`;
 - another client sends bad requests (wrong dtype, wrong shape, negative and unknown sequence ids, a batch of
   two to the sequence model, NaN audio), each of which must be refused;
-- halfway, `decoder` and `feature_extractor` are reloaded (explicit load) while the traffic goes on.
+- halfway, `decoder` and `feature_extractor` are reloaded (explicit load) while the traffic goes on;
+- a hostile client (bench/soak_hostile.py) sends what once crashed or bloated the server: NaN hotword scores,
+  an output asked for twice, a truncated shared-memory region, a stream that stops reading, HTTP bodies and
+  headers left unfinished;
+- at 60% of the run, a burst of --burst one-shot streams at once.
 
 Checks (exit status 1 if one fails):
 - every completed stream's final transcript equals the same utterance streamed alone, uninterrupted, at the
@@ -17,9 +21,10 @@ Checks (exit status 1 if one fails):
   utterance, so the two may legitimately differ; streaming windows do not depend on how the audio is chunked,
   so the streaming transcript is the invariant (the count equal to offline is printed for information);
 - every offline result equals the utterance's offline transcript at the start (the reload changes nothing);
-- every bad request is refused, and no request goes unanswered (--response-timeout);
+- every bad request is refused, every hostile case has its expected outcome, every burst stream is answered,
+  and no request goes unanswered (--response-timeout); the server process is alive at the end;
 - abandoned sequences are freed: after the idle timeout the server's live sequences go back to 0;
-- RSS after the run is within --rss-slack of RSS after warm-up (the first quarter of the run).
+- RSS after the run (the burst included) is within --rss-slack of RSS after warm-up (the first quarter).
 """
 
 from __future__ import annotations
@@ -63,6 +68,10 @@ class Figures:
     bad_accepted: int = 0
     lost: int = 0
     reloads: int = 0
+    hostile_sent: int = 0
+    hostile_wrong: int = 0
+    burst_answered: int = 0
+    burst_errors: int = 0
     errors: list = dataclasses.field(default_factory=list)  # first few unexpected errors, for the report
 
     def note(self, text: str) -> None:
@@ -86,6 +95,14 @@ def rss_mb(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False
 
 
 def live_sequences(metrics_port: int) -> dict[str, float]:
@@ -284,8 +301,10 @@ async def reload_midway(url: str, at: float, figures: Figures) -> None:
         await client.close()
 
 
-async def soak(args, url: str, pid: int, metrics_port: int) -> int:
+async def soak(args, url: str, pid: int, http_port: int, metrics_port: int) -> int:
     import tritonclient.grpc.aio as aioclient
+
+    from bench.soak_hostile import burst, hostile_worker
 
     items = load_items(args.data)
     client = aioclient.InferenceServerClient(url)
@@ -299,7 +318,9 @@ async def soak(args, url: str, pid: int, metrics_port: int) -> int:
     tasks = [stream_worker(i, url, items, references, offline_refs, deadline, args, figures)
              for i in range(args.streams)]
     tasks += [offline_worker(url, items, offline_refs, deadline, args, figures),
-              bad_worker(url, items, deadline, args, figures), reload_midway(url, start + duration / 2, figures)]
+              bad_worker(url, items, deadline, args, figures), reload_midway(url, start + duration / 2, figures),
+              hostile_worker(url, http_port, items, offline_refs, deadline, args, figures),
+              burst(url, start + 0.6 * duration, args.burst, items, figures, max(args.response_timeout, 120.0))]
     rss_warm = []
 
     async def sample_warm_rss():
@@ -324,6 +345,10 @@ async def soak(args, url: str, pid: int, metrics_port: int) -> int:
           f"errors {figures.offline_errors})")
     print(f"  bad requests sent         {figures.bad_sent}  (accepted: {figures.bad_accepted})")
     print(f"  model reloads             {figures.reloads}")
+    print(f"  hostile cases sent        {figures.hostile_sent}  (wrong outcome: {figures.hostile_wrong})")
+    print(f"  burst streams             {args.burst}  (answered {figures.burst_answered}, errors "
+          f"{figures.burst_errors})")
+    print(f"  server alive at the end   {process_alive(pid)}")
     print(f"  responses lost            {figures.lost}")
     print(f"  RSS MB start / warm-up / end  {rss_start:.0f} / {rss_warm[0]:.0f} / {rss_end:.0f}  "
           f"({'flat' if rss_flat else 'GREW'} within {100 * args.rss_slack:.0f}%)")
@@ -331,7 +356,8 @@ async def soak(args, url: str, pid: int, metrics_port: int) -> int:
         print(f"  ! {line}")
     ok = (figures.lost == 0 and figures.stream_mismatches == 0 and figures.stream_errors == 0
           and figures.offline_mismatches == 0 and figures.offline_errors == 0 and figures.bad_accepted == 0
-          and live_streaming == 0 and rss_flat and figures.reloads == 2)
+          and live_streaming == 0 and rss_flat and figures.reloads == 2 and figures.hostile_wrong == 0
+          and figures.burst_answered == args.burst and process_alive(pid))
     print("soak:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 
@@ -363,6 +389,7 @@ def main() -> int:
     p.add_argument("--abandon", type=float, default=0.15, help="share of streams closed without END")
     p.add_argument("--response-timeout", type=float, default=30.0, help="seconds before a response is lost")
     p.add_argument("--rss-slack", type=float, default=0.15, help="RSS growth after warm-up still called flat")
+    p.add_argument("--burst", type=int, default=600, help="one-shot streams sent at once at 60%% of the run")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     if not 0 < args.minutes <= 60 or not 1 <= args.streams <= 256:
@@ -380,7 +407,7 @@ def main() -> int:
     url = f"127.0.0.1:{grpc_port}"
     try:
         asyncio.run(wait_ready(url, process, 120))
-        return asyncio.run(soak(args, url, process.pid, metrics_port))
+        return asyncio.run(soak(args, url, process.pid, http_port, metrics_port))
     finally:
         process.send_signal(signal.SIGTERM)
         try:

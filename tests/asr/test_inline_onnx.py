@@ -101,6 +101,34 @@ def test_idle_sequences_are_forgotten(session):
     assert encoder.caches == {}
 
 
+def test_the_arena_is_shrunk_once_per_interval_and_the_numbers_stay(session):
+    """After a burst the arena would keep its peak: one run per shrink_every_s ends with shrinkage."""
+    class Recording:  # the real session, noting the run options of each call
+        def __init__(self):
+            self.options = []
+
+        def get_inputs(self):
+            return session.get_inputs()
+
+        def run(self, names, feeds, run_options=None):
+            self.options.append(run_options)
+            return session.run(names, feeds, run_options)
+
+    shape = session.get_inputs()[0].shape[1:]
+    now = [100.0]
+    recording = Recording()
+    encoder = InlineStreamingEncoder(recording, idle_seconds=60.0, clock=lambda: now[0], shrink_every_s=10.0)
+    frames = windows(5, 4, shape)
+    got = []
+    for i, step in enumerate([0, 4, 7, 4]):  # runs at 100, 104, 111, 115: only the one at 111 shrinks
+        now[0] += step
+        got.append(encoder([EncoderJob(1, frames[i], 67, start=i == 0, end=i == 3)])[0].topk_log_probs)
+    shrunk = [o is not None for o in recording.options]
+    assert shrunk == [False, False, True, False]
+    for mine, ref in zip(got, reference(session, frames, [67] * 4)):
+        np.testing.assert_allclose(mine, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_dynamic_state_dims_are_refused_with_a_reason():
     class Input:
         def __init__(self, name, shape):

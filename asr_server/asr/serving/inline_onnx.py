@@ -61,6 +61,9 @@ def repository_without_inline_graphs(repo: Path) -> list[str]:
     return changed
 
 
+ARENA_SHRINK_EVERY_S = 10.0  # seconds between runs of the streaming encoder that hand its arena's spare memory back
+
+
 def onnx_session(path: Path, threads: int = 1):
     """An onnxruntime CPU session as the onnxruntime backend makes one: ``threads`` intra-op threads, one
     inter-op thread, no spinning (spinning threads would burn the cores other models need)."""
@@ -108,10 +111,17 @@ class InlineStreamingEncoder:
     ``idle_seconds`` is forgotten (as the encoder model's sequence batcher would). A round's windows run as
     one batch; if that call fails, each window runs alone so that only a bad one fails."""
 
-    def __init__(self, session, idle_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, session, idle_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 shrink_every_s: float = ARENA_SHRINK_EVERY_S) -> None:
         self.session = session
         self.idle_seconds = idle_seconds
         self.clock = clock
+        # onnxruntime's arena keeps the memory of the largest batch it ever ran (a burst of streams) for good.
+        # A run that ends with shrinkage hands the unused part back; once every shrink_every_s, not every
+        # chunk, so that steady traffic does not pay for allocating its working memory again on each run.
+        self.shrink_every_s = shrink_every_s
+        self._shrunk_at = clock()
+        self._shrink_options = None
         inputs = {i.name: i for i in session.get_inputs()}
         missing = [n for n in ("chunk_xs", "chunk_lens") if n not in inputs]
         if missing:
@@ -170,7 +180,7 @@ class InlineStreamingEncoder:
         for name in self.state_names:
             # a lone sequence's caches go in as they are (a row of the last output: contiguous, no copy)
             feeds[name] = states[0][name][None] if len(jobs) == 1 else np.stack([state[name] for state in states])
-        outputs = dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
+        outputs = dict(zip(self.output_names, self.session.run(self.output_names, feeds, self._run_options(now))))
         results = []
         for b, job in enumerate(jobs):
             if job.end:
@@ -180,6 +190,18 @@ class InlineStreamingEncoder:
             results.append(EncoderResult(outputs["log_probs"][b], outputs["log_probs_idx"][b],
                                          outputs["chunk_out"][b], int(outputs["chunk_out_lens"].reshape(-1)[b])))
         return results
+
+    def _run_options(self, now: float):
+        """RunOptions that shrink the arena after this run, once every shrink_every_s; else None."""
+        if now - self._shrunk_at < self.shrink_every_s:
+            return None
+        self._shrunk_at = now
+        if self._shrink_options is None:
+            import onnxruntime as ort
+
+            self._shrink_options = ort.RunOptions()
+            self._shrink_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        return self._shrink_options
 
     def _empty(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         return np.zeros((0, 1), np.float32), np.zeros((0, 1), np.int64), np.zeros((0, 1), np.float32), 0
