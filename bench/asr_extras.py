@@ -152,9 +152,11 @@ def scorer_cost(repo: Path, items) -> dict:
 
 
 def _params(config: Path) -> dict:
-    import re
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
 
-    return dict(re.findall(r'key: "([^"]+)" value: \{ string_value: "([^"]*)" \}', config.read_text()))
+    parsed = text_format.Parse(config.read_text(), mc.ModelConfig())
+    return {key: value.string_value for key, value in parsed.parameters.items()}
 
 
 # ------------------------------------------------------------------------------------------- audio

@@ -116,7 +116,7 @@ def tensorrt_throughput(batches: list[int], work: Path) -> list[dict] | str:
     from asr_server.backends.base import ModelContext
     from asr_server.backends.tensorrt import TensorRTBackend
     from asr_server.gpu.profiles import load_config
-    from asr_server.gpu.trt_repo import rewrite_repository
+    from asr_server.repo_builder.tensorrt import rewrite_repository
 
     twin = work / "int32_repo"
     rewrite_repository(REPO, twin, mode="onnx_int32")
@@ -144,7 +144,7 @@ def paced_streams(counts: list[int], seconds: float, work: Path, deadline: float
     backend parameter). warmup_s: one unrecorded trial first, at the largest count up to 32 (the first run's
     cold trial at 8 streams had chunk p99 5.4 s against p50 23 ms: first calls at new batch sizes)."""
     from asr_server.asr.nn.checkpoint import load_model_dir
-    from asr_server.gpu.torchscript import torchscript_repository
+    from asr_server.repo_builder.torchscript import torchscript_repository
 
     tag = "optimized" if optimized else "plain"
     repo = work / f"torchscript_repo_{tag}"

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from asr_server.backends.openvino import OpenVINOBackend  # noqa: E402  (first: keeps openvino's telemetry off)
 from asr_server.backends.onnxruntime import OnnxRuntimeBackend
 from asr_server.backends.base import ModelContext
-from asr_server.openvino_repo import rewrite_repository
+from asr_server.repo_builder.openvino import rewrite_repository
 from asr_server.repository import available_versions, complete_config, read_config
 
 ENCODER_FRAME_S = 0.04  # one encoder output frame: 4x subsampling of 10 ms fbank frames (the demo model)

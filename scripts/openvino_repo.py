@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from asr_server.openvino_repo import ENCODER_MODELS, rewrite_repository
+from asr_server.repo_builder.openvino import ENCODER_MODELS, rewrite_repository
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,2 +1,2 @@
-"""GPU placement and GPU-only deployment: device discovery, per-GPU profiles, TorchScript on CUDA, TensorRT
-engine builds and their model repository."""
+"""GPU placement: device discovery, per-GPU engine profiles, engine checks (the TensorRT and TorchScript
+repository rewriters are in asr_server/repo_builder/)."""

@@ -4,9 +4,8 @@ build into a Triton model repository whose configs parse."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import dataclasses
 import io
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,8 @@ from asr_server.asr.export import decoder, encoders, export_all, onnx_io, option
 from asr_server.asr.nn.checkpoint import save_model_dir  # noqa: E402
 from asr_server.asr.units import SymbolTable  # noqa: E402
 
+from tests.helpers.scripts import load_script  # noqa: E402
+
 from .conftest import CHUNK, LEFT_CHUNKS, VOCAB, tiny_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,13 +31,6 @@ F, I32, I64, B = onnx.TensorProto.FLOAT, onnx.TensorProto.INT32, onnx.TensorProt
 
 def _symbols() -> SymbolTable:
     return SymbolTable(["<blank>", "<unk>", *[chr(ord("a") + i) for i in range(VOCAB - 4)], "▁", "<sos/eos>"])
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _io(path: Path) -> dict[str, tuple[int, list]]:
@@ -156,14 +150,14 @@ def test_fp16_encoder(tmp_path):
 
 
 def test_script_and_model_repository(tmp_path):
-    """scripts/export_onnx.py on a WeNet-style dir, then build_model_repo.build() on its graphs."""
+    """scripts/export_onnx.py on a WeNet-style dir, then the repository builder on its graphs."""
     text_format = pytest.importorskip("google.protobuf.text_format")
     model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
     model_dir = save_model_dir(tmp_path / "model", tiny_model(seed=8), _symbols(), None)
     onnx_dir = tmp_path / "onnx"
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = _script("export_onnx").main(["--model-dir", str(model_dir), "--out-dir", str(onnx_dir),
+        rc = load_script("export_onnx").main(["--model-dir", str(model_dir), "--out-dir", str(onnx_dir),
                                           "--chunk-size", str(CHUNK), "--left-chunks", str(LEFT_CHUNKS),
                                           "--beam", str(BEAM)])
     lines = buf.getvalue().splitlines()
@@ -171,14 +165,11 @@ def test_script_and_model_repository(tmp_path):
     assert [line.split(":")[0] for line in lines[:3]] == ["encoder.onnx", "streaming_encoder.onnx", "decoder.onnx"]
     assert lines[-1].endswith("all match")
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        builder = _script("build_model_repo")
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    from asr_server.repo_builder.pipelines import BuildOptions, build
+
     repo = tmp_path / "repo"
-    builder.build(model_dir, onnx_dir, repo, beam=BEAM, chunk_size=CHUNK, right_context=6, subsampling=4,
-                  max_batch=16)
+    options = BuildOptions(beam=BEAM, chunk_size=CHUNK, max_batch=16)
+    build(model_dir, onnx_dir, repo, options)
     configs = sorted(repo.glob("*/config.pbtxt"))
     assert {p.parent.name for p in configs} >= {"encoder", "streaming_encoder", "decoder", "wenet", "scoring"}
     parsed = {}
@@ -203,8 +194,7 @@ def test_script_and_model_repository(tmp_path):
         return decoding_settings({k: v.string_value for k, v in cfg.parameters.items()}, _symbols())
 
     greedy_repo = tmp_path / "greedy_repo"
-    builder.build(model_dir, onnx_dir, greedy_repo, beam=BEAM, chunk_size=CHUNK, right_context=6, subsampling=4,
-                  max_batch=16, search="greedy", rescoring=False)
+    build(model_dir, onnx_dir, greedy_repo, dataclasses.replace(options, search="greedy", rescoring=False))
     for name in ("scoring", "wenet"):
         default = settings(parsed[name])
         assert (default.search_method, default.rescoring) == ("prefix_beam", True)

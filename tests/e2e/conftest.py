@@ -7,6 +7,7 @@ Tests with real transcripts use the bundled demo model (test_bundled_model.py).
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -33,8 +34,7 @@ def asr_repo(tmp_path_factory) -> Path:
     from asr_server.asr.units import SymbolTable
     from tests.asr.conftest import VOCAB, tiny_model
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import build_model_repo
+    from asr_server.repo_builder.pipelines import BuildOptions, build
 
     root = tmp_path_factory.mktemp("asr")
     model_dir = save_model_dir(root / "model", tiny_model(seed=3), SymbolTable(_units(VOCAB)), None)
@@ -46,11 +46,10 @@ def asr_repo(tmp_path_factory) -> Path:
         check=True, capture_output=True, timeout=300,
     )
     repo = root / "repo"
-    build_model_repo.build(model_dir, onnx_dir, repo, beam=BEAM, chunk_size=CHUNK, right_context=6,
-                           subsampling=4, max_batch=32)
+    options = BuildOptions(beam=BEAM, chunk_size=CHUNK, max_batch=32)
+    build(model_dir, onnx_dir, repo, options)
     # the same model with the streaming scorer calling its encoder and decoder models through BLS
-    build_model_repo.build(model_dir, onnx_dir, root / "repo_bls", beam=BEAM, chunk_size=CHUNK, right_context=6,
-                           subsampling=4, max_batch=32, inline_graphs=False)
+    build(model_dir, onnx_dir, root / "repo_bls", dataclasses.replace(options, inline_graphs=False))
     return repo
 
 

@@ -11,10 +11,11 @@ boundary, in the last window, in the fbank residual or in the caches changes a t
 
 from __future__ import annotations
 
-import re
+from pathlib import Path
 
-import numpy as np
 import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_client.streaming import StreamingClient, StreamOptions
 from tests.conftest import BUNDLED_REPO, ROOT, copy_model
@@ -32,10 +33,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _set_parameter(config: str, key: str, value: str) -> str:
-    pattern = rf'(key: "{key}" value: {{ string_value: )"[^"]*"'
-    assert re.search(pattern, config), f"parameter {key} not in the streaming_wenet config"
-    return re.sub(pattern, rf'\1"{value}"', config)
+def _set_parameters(path: Path, **values: str) -> None:
+    config = text_format.Parse(path.read_text(), mc.ModelConfig())
+    for key, value in values.items():
+        assert key in config.parameters, f"parameter {key} not in the streaming_wenet config"
+        config.parameters[key].string_value = value
+    path.write_text(text_format.MessageToString(config))
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +48,7 @@ def greedy_repo(tmp_path_factory):
     repo = tmp_path_factory.mktemp("greedy_repo")
     for name in STREAMING_MODELS:
         copy_model(repo, BUNDLED_REPO / name)
-    config = repo / "streaming_wenet" / "config.pbtxt"
-    text = _set_parameter(_set_parameter(config.read_text(), "search", "greedy"), "rescoring", "0")
-    config.write_text(text)
+    _set_parameters(repo / "streaming_wenet" / "config.pbtxt", search="greedy", rescoring="0")
     return repo
 
 

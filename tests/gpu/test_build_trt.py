@@ -157,7 +157,7 @@ def test_build_trt_builds_an_engine_that_matches_onnx_runtime(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU visible to torch")
-    from asr_server.gpu.trt_repo import rewrite_repository
+    from asr_server.repo_builder.tensorrt import rewrite_repository
 
     rewrite_repository(BUNDLED_REPO, tmp_path / "twin", mode="onnx_int32")
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_trt.py"), "--repo", str(tmp_path / "twin"),

@@ -1,4 +1,4 @@
-"""TorchScript of the encoders and decoder (asr_server/gpu/torchscript.py) against the ONNX graphs on CPU:
+"""TorchScript of the encoders and decoder (asr_server/repo_builder/torchscript.py) against the ONNX graphs on CPU:
 traced at one batch size and length, run at others; and a repository whose graph models are TorchScript on the
 pytorch backend serves the ONNX repository's transcripts. The CUDA run is in scripts/gpu_check.sh."""
 
@@ -27,7 +27,7 @@ def model():
 
 
 def run_both(model, name: str, feeds: dict, traced_on: dict):
-    from asr_server.gpu.torchscript import trace
+    from asr_server.repo_builder.torchscript import trace
 
     session = ort.InferenceSession(str(BUNDLED_REPO / name / "1" / f"{name}.onnx"), providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
@@ -77,7 +77,7 @@ def test_decoder_matches_onnx(model):
 
 
 async def test_torchscript_repository_serves_the_onnx_transcripts(model, tmp_path, running):
-    from asr_server.gpu.torchscript import torchscript_repository
+    from asr_server.repo_builder.torchscript import torchscript_repository
     from tests.gpu.test_trt_repository import pipeline_repo
     from tests.scripts.test_build_model_repo import reference, transcripts
 
@@ -96,7 +96,7 @@ CUDA_ATOL = 1e-3  # cuDNN/cuBLAS kernels (TF32 off) against ORT's CPU kernels
 @pytest.mark.parametrize("name", ["encoder", "streaming_encoder", "decoder"])
 def test_torchscript_on_cuda_matches_onnx_on_cpu(name):
     from asr_server.asr.nn.checkpoint import load_model_dir
-    from asr_server.gpu.torchscript import trace
+    from asr_server.repo_builder.torchscript import trace
 
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     gpu_model = load_model_dir(MODEL_DIR).model.eval().to("cuda")
@@ -120,7 +120,7 @@ def test_torchscript_on_cuda_matches_onnx_on_cpu(name):
 @cuda
 async def test_torchscript_repository_on_kind_gpu_serves_the_onnx_transcripts(tmp_path, running):
     from asr_server.asr.nn.checkpoint import load_model_dir
-    from asr_server.gpu.torchscript import torchscript_repository
+    from asr_server.repo_builder.torchscript import torchscript_repository
     from tests.gpu.test_trt_repository import pipeline_repo
     from tests.scripts.test_build_model_repo import reference, transcripts
 

@@ -1,4 +1,4 @@
-"""The TensorRT repository rewrite (asr_server/gpu/trt_repo.py) and the tensorrt backend's load errors.
+"""The TensorRT repository rewrite (asr_server/repo_builder/tensorrt.py) and the tensorrt backend's load errors.
 
 The INT32 ONNX twin has the TensorRT repository's configs (every narrowed tensor) over ONNX graphs with Cast
 nodes, so it runs here on CPU: it must give the original repository's transcripts on both pipelines.
@@ -14,7 +14,7 @@ import pytest
 from asr_server.backends.base import ModelContext, backend_class
 from asr_server.errors import ServerError
 from asr_server.gpu.profiles import load_config
-from asr_server.gpu.trt_repo import int32_twin, rewrite_repository
+from asr_server.repo_builder.tensorrt import int32_twin, rewrite_repository
 from tests.conftest import BUNDLED_REPO
 from tests.scripts.test_build_model_repo import reference, transcripts
 

@@ -14,9 +14,9 @@ per sequence, because Triton's python backend does not carry implicit state.
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
+from asr_server.repo_builder.pipelines import BuildOptions, build
 from tests.helpers.onnx_python_shim import as_python_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,11 +36,7 @@ def exported() -> bool:
 
 
 def pipeline_repo(folder: Path, pipeline: str, onnx_as_python: bool, inline_graphs: bool = True) -> Path:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import build_model_repo
-
-    build_model_repo.build(MODEL_DIR, ONNX_DIR, folder, beam=10, chunk_size=16, right_context=6, subsampling=4,
-                           max_batch=64, inline_graphs=inline_graphs)
+    build(MODEL_DIR, ONNX_DIR, folder, BuildOptions(inline_graphs=inline_graphs))
     keep = PIPELINES[pipeline]
     for model in folder.iterdir():
         if model.name not in keep:

@@ -14,7 +14,6 @@ block becomes these three control inputs): the same results, with the state in t
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -25,28 +24,26 @@ except ImportError:  # imported by the test to convert folders, not as a model
     pb_utils = None
 
 
-SEQUENCE_CONTROLS = """control_input [
-    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
-    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
-    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
-  ]"""
-
-
 def as_python_model(folder: Path) -> None:
-    config = folder / "config.pbtxt"
-    text = config.read_text()
-    graph = re.search(r'default_model_filename: "([^"]+)"', text).group(1)
-    text = text.replace('backend: "onnxruntime"', 'backend: "python"')
-    text = re.sub(r'default_model_filename: "[^"]+"\n', "", text)
-    params = {"onnx_file": graph}
-    state = re.search(r"\n  state \[\n.*?\n  \]", text, flags=re.S)
-    if state:
-        pairs = re.findall(r'input_name: "([^"]+)" output_name: "([^"]+)"', state.group(0))
-        params["state"] = ",".join(f"{i}:{o}" for i, o in pairs)
-        text = text.replace(state.group(0), "\n  " + SEQUENCE_CONTROLS)
-    rows = ", ".join(f'{{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in params.items())
-    text += f"parameters [ {rows} ]\n"
-    config.write_text(text)
+    # imported here: this file is also the model.py that Triton's python stub runs, where they may be missing
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    path = folder / "config.pbtxt"
+    config = text_format.Parse(path.read_text(), mc.ModelConfig())
+    config.backend = "python"
+    config.parameters["onnx_file"].string_value = config.default_model_filename
+    config.ClearField("default_model_filename")
+    batching = config.sequence_batching
+    if batching.state:
+        config.parameters["state"].string_value = ",".join(f"{s.input_name}:{s.output_name}" for s in batching.state)
+        del batching.state[:]
+        kinds = mc.ModelSequenceBatching.Control
+        for name, kind in (("START", kinds.CONTROL_SEQUENCE_START), ("END", kinds.CONTROL_SEQUENCE_END)):
+            batching.control_input.add(name=name).control.add(kind=kind, int32_false_true=[0, 1])
+        batching.control_input.add(name="CORRID").control.add(kind=kinds.CONTROL_SEQUENCE_CORRID,
+                                                              data_type=mc.TYPE_UINT64)
+    path.write_text(text_format.MessageToString(config))
     (folder / "1" / "model.py").write_text(Path(__file__).read_text())
 
 

@@ -1,4 +1,4 @@
-"""The OpenVINO repository rewrite (asr_server/openvino_repo.py): IR of the encoders on the openvino backend
+"""The OpenVINO repository rewrite (asr_server/repo_builder/openvino.py): IR of the encoders on the openvino backend
 serves the ONNX repository's transcripts on both pipelines."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_ir_encoder_computes_what_onnxruntime_does(tmp_path):
     import onnxruntime as ort
 
     from asr_server.backends.openvino import ov
-    from asr_server.openvino_repo import convert_to_ir
+    from asr_server.repo_builder.openvino import convert_to_ir
 
     src = BUNDLED_REPO / "encoder" / "1" / "encoder.onnx"
     xml = convert_to_ir(src, tmp_path / "encoder.xml")

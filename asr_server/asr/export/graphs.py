@@ -1,7 +1,7 @@
 """The graph wrappers: ``torch.nn.Module``s that adapt the model's own methods (``encode``, ``ctc_log_probs``,
 ``forward_chunk``, ``score_hyps_both``) to the tensor names, dtypes and layouts the consumers expect.
 
-None of them re-implements the network, so an exported graph (ONNX here, TorchScript in asr_server/gpu/torchscript.py)
+None of them re-implements the network, so an exported graph (ONNX here, TorchScript in asr_server/repo_builder/torchscript.py)
 cannot drift from the PyTorch model.
 """
 
