@@ -223,11 +223,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bundled_identity_example_is_current_and_serves(tmp_path: Path) -> None:
-    import importlib.util
+    from tests.helpers.scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("make_example_models", REPO_ROOT / "scripts" / "make_example_models.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("make_example_models")
     script.identity_fp32(tmp_path / "model.onnx")
     model_dir = REPO_ROOT / "model_repo" / "identity_fp32"
     assert (model_dir / "1" / "model.onnx").read_bytes() == (tmp_path / "model.onnx").read_bytes()

@@ -3,37 +3,30 @@ held-out demo utterances."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-
-
-def load_eval():
-    spec = importlib.util.spec_from_file_location("asr_eval_script", ROOT / "scripts" / "eval.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers.scripts import load_script
 
 
 def test_wer_counts_substitutions_insertions_and_deletions():
-    ev = load_eval()
+    ev = load_script("eval")
     assert ev.wer(["a b c d"], ["a x c d e"]) == 50.0       # one substitution, one insertion over 4 words
     assert ev.wer(["a b c d"], ["a b"]) == 50.0
 
 
 def test_spikes_are_non_blank_frames_that_do_not_repeat_the_previous_one():
-    ev = load_eval()
+    ev = load_script("eval")
     best = np.array([0, 5, 5, 0, 5, 3, 3, 0, 7])
     assert ev.spike_frames(best).tolist() == [1, 4, 5, 8]
     assert ev.spike_frames(np.array([4, 4, 0])).tolist() == [0]
 
 
 def test_early_spike_share_pools_spikes_over_utterances():
-    ev = load_eval()
+    ev = load_script("eval")
     paths = [np.array([0, 5, 5, 0, 5, 3, 3, 0, 7]), np.array([2, 0, 0, 0, 0, 0, 0, 0, 9])]
     # spikes at 1, 4, 5, 8 and 0, 8: three of six are in the first 5 frames
     assert ev.early_spike_share(paths, 5) == 0.5
@@ -46,7 +39,7 @@ def test_bundled_model_meets_the_targets_on_the_demo_utterances(tmp_path):
     same single error; the 300-utterance splits, in models/demo_en/eval.json, show it strictly better)."""
     pytest.importorskip("torch", reason="scripts/eval.py decodes with the PyTorch model")
     out = tmp_path / "eval.json"
-    assert load_eval().main(["--model", str(ROOT / "models" / "demo_en"), "--data", str(ROOT / "tests" / "data"
+    assert load_script("eval").main(["--model", str(ROOT / "models" / "demo_en"), "--data", str(ROOT / "tests" / "data"
                              / "demo_utts"), "--json", str(out)]) == 0
     res = json.loads(out.read_text())["demo_utts"]
     assert res["utterances"] == 12

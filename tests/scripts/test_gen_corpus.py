@@ -4,7 +4,6 @@ uninterrupted run (espeak-ng voices only, skipped where espeak-ng is not install
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sys
@@ -17,6 +16,7 @@ import soundfile as sf
 from asr_data import augment
 from asr_data.manifest import Manifest, export_kaldi, read_rows, summary
 from tests.conftest import ROOT
+from tests.helpers.scripts import load_script
 
 
 def row(utt: str, split: str = "train", dur: float = 1.5, family: str = "flite") -> dict:
@@ -66,13 +66,6 @@ def test_channel_effects_keep_length_level_and_range():
     assert augment.to_16k(np.zeros(24000, np.float32), 24000).size == 16000
 
 
-def load_gen():
-    spec = importlib.util.spec_from_file_location("gen_corpus_script", ROOT / "scripts" / "gen_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 SIZES = ["--test-template", "2", "--test-digits", "2", "--test-open", "2", "--test-heldout-voice", "2",
          "--train", "8"]
 
@@ -93,7 +86,7 @@ def frozen_text(root: Path) -> None:
                     "(bash scripts/get_tts_voices.sh installs it)")
 def test_a_resumed_run_makes_the_same_corpus_as_an_uninterrupted_one(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # gen_corpus imports make_corpus, as run from scripts/
-    gen = load_gen()
+    gen = load_script("gen_corpus")
     monkeypatch.setattr(gen.signal, "signal", lambda *a: None)  # leave pytest's handlers alone
     monkeypatch.setattr(gen.voices, "_kokoro_names", lambda: [])
     monkeypatch.setattr(gen.voices, "TRAIN_FAMILIES", {"espeak": 1.0})
@@ -132,7 +125,7 @@ def test_a_resumed_run_makes_the_same_corpus_as_an_uninterrupted_one(tmp_path, m
 
 def test_freeze_takes_the_first_train_indices_and_lists_the_game_lines_twice(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    gen = load_gen()
+    gen = load_script("gen_corpus")
     export_kaldi([row(f"train_{i:06d}", dur=2.0) for i in (3, 0, 2, 1)], tmp_path)
     export_kaldi([row("fotaq_train_020001p2", split="fotaq_train", dur=1.0)], tmp_path / "fotaq")
     assert gen.main(["freeze", "--root", str(tmp_path), "--freeze-train", "5"]) == 1  # index 4 is not made yet
@@ -151,8 +144,8 @@ def test_freeze_takes_the_first_train_indices_and_lists_the_game_lines_twice(tmp
                     "(bash scripts/get_tts_voices.sh installs it)")
 def test_a_relay_leg_makes_its_own_indices_and_the_fixed_eval_splits(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    gen = load_gen()
-    monkeypatch.setitem(sys.modules, "gen_corpus_script", gen)  # the worker processes' jobs name it
+    gen = load_script("gen_corpus")
+    monkeypatch.setitem(sys.modules, gen.__name__, gen)  # the worker processes' jobs name it
     monkeypatch.setattr(gen.voices, "_kokoro_names", lambda: [])
     monkeypatch.setattr(gen.voices, "TRAIN_FAMILIES", {"espeak": 1.0})
     monkeypatch.setattr(gen.voices, "HELDOUT_FAMILIES", {"espeak": 1.0})

@@ -3,23 +3,15 @@ real speech first, stopping at the size budget (what travels to a GPU machine is
 
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import soundfile as sf
 
-from tests.conftest import ROOT
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("relay_gpu_script", ROOT / "scripts" / "relay_gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers.scripts import load_script
 
 
 def test_pack_writes_opus_that_reads_back_real_speech_first(tmp_path):
-    relay = load()
+    relay = load_script("relay_gpu")
     src = tmp_path / "train"
     src.mkdir()
     t = np.arange(32000) / 16000

@@ -3,24 +3,17 @@ decision, and the first leg's state (it continues the bundled model: same networ
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
 import soundfile as sf
 
 from tests.conftest import ROOT
-
-
-def load_relay():
-    spec = importlib.util.spec_from_file_location("relay_leg_script", ROOT / "scripts" / "relay_leg.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers.scripts import load_script
 
 
 def test_the_band_limited_copy_keeps_the_speech_band_and_drops_the_rest(tmp_path):
-    relay = load_relay()
+    relay = load_script("relay_leg")
     src = tmp_path / "split"
     src.mkdir()
     t = np.arange(16000) / 16000
@@ -38,7 +31,7 @@ def test_the_band_limited_copy_keeps_the_speech_band_and_drops_the_rest(tmp_path
 
 
 def test_the_first_leg_continues_the_bundled_model():
-    relay = load_relay()
+    relay = load_script("relay_leg")
     state = relay.FIRST_STATE
     model = ROOT / state["init_from"]
     config = (model / "train.yaml").read_text()
