@@ -7,6 +7,7 @@ Results come back in input order; `on_result` sees each one as it completes (pro
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
@@ -53,6 +54,9 @@ class UtteranceResult:
     partials: int = 0  # responses received (chunks when streaming, 1 offline)
     error: Optional[str] = None  # why the utterance failed: unreadable audio or the server's message
     words: tuple = ()  # (word, start s, end s, confidence) when TranscribeOptions.words or long
+    # long: (start s, end s, why) of speech that has no words in the result (a refused piece, a piece heard
+    # as speech that came back empty); the rest of the file is transcribed
+    untranscribed: tuple = ()
 
     @property
     def ok(self) -> bool:
@@ -68,6 +72,8 @@ class BatchResult:
 
 
 ResultCallback = Callable[[UtteranceResult], None]
+# long: (utterance key, pieces done, pieces of that file), as the pieces of a file finish
+ProgressCallback = Callable[[str, int, int], None]
 
 
 async def transcribe_files(
@@ -76,6 +82,7 @@ async def transcribe_files(
     options: TranscribeOptions = TranscribeOptions(),
     on_result: Optional[ResultCallback] = None,
     grpc_client: Optional[grpcclient.InferenceServerClient] = None,
+    on_progress: Optional[ProgressCallback] = None,
 ) -> BatchResult:
     """Transcribe `utterances` (or plain paths) against the server at `url` (or an open `grpc_client`)."""
     items = [u if isinstance(u, Utterance) else Utterance(key=Path(u).stem, path=Path(u)) for u in utterances]
@@ -99,7 +106,7 @@ async def transcribe_files(
     async def worker() -> None:
         while not queue.empty():
             index = queue.get_nowait()
-            result = await _transcribe_one(items[index], options, grpc_client, streamer)
+            result = await _transcribe_one(items[index], options, grpc_client, streamer, on_progress)
             results[index] = result
             if on_result is not None:
                 on_result(result)
@@ -124,6 +131,7 @@ async def _transcribe_one(
     options: TranscribeOptions,
     grpc_client: grpcclient.InferenceServerClient,
     streamer: StreamingClient,
+    on_progress: Optional[ProgressCallback] = None,
 ) -> UtteranceResult:
     base = dict(key=utterance.key, path=str(utterance.path), reference=utterance.reference)
     try:
@@ -141,15 +149,17 @@ async def _transcribe_one(
                 words=tuple((w["word"], w["start"], w["end"], w.get("confidence")) for w in words),
             )
         if options.long:
+            progress = None if on_progress is None else functools.partial(on_progress, utterance.key)
             long = await longform.transcribe_long(grpc_client, audio.samples, options.model_name,
                                                   options.concurrency, dict(options.parameters or {}),
-                                                  timeout_s=options.timeout_s)
-            if long.errors:
+                                                  timeout_s=options.timeout_s, on_progress=progress)
+            if long.errors and not long.pieces:  # every piece refused: nothing of the file came back
                 raise offline.OfflineError("; ".join(long.errors))
             return UtteranceResult(
                 **base, hypothesis=long.text, duration_s=audio.duration_s, elapsed_s=long.latency_s,
                 chunk_latencies_s=(long.latency_s,), partials=len(long.pieces),
                 words=tuple((w.word, w.start, w.end, w.confidence) for w in long.words),
+                untranscribed=long.untranscribed,
             )
         parameters = {**(options.parameters or {}), **({"details": True} if options.words else {})}
         answer = await offline.recognize(

@@ -354,7 +354,16 @@ async def _run_batch(
 ) -> BatchResult:
     """Results go to --output or stdout, one JSON line each as they finish; the bar and skips to stderr."""
     output = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    progress = tqdm(total=len(utterances), unit="utt", file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
+    # --long counts pieces, so that one long file shows its progress too; otherwise files
+    progress = tqdm(total=None if args.long else len(utterances), unit="piece" if args.long else "utt",
+                    file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
+    pieces: dict[str, tuple[int, int]] = {}  # --long: key -> (pieces done, pieces of the file)
+
+    def on_progress(key: str, done: int, total: int) -> None:
+        pieces[key] = (done, total)
+        progress.total = sum(t for _, t in pieces.values())
+        progress.n = sum(d for d, _ in pieces.values())
+        progress.refresh()
 
     def on_result(result: UtteranceResult) -> None:
         if args.format == "jsonl":
@@ -369,10 +378,14 @@ async def _run_batch(
         if result.error is not None:
             # tqdm.write keeps the bar intact below the message.
             tqdm.write(f"skipped {result.key}: {result.error}", file=sys.stderr)
-        progress.update(1)
+        for start, end, why in result.untranscribed:
+            tqdm.write(f"{result.key}: {start:.2f}-{end:.2f} s not transcribed ({why})", file=sys.stderr)
+        if not args.long:
+            progress.update(1)
 
     try:
-        return await transcribe_files(utterances, options=options, on_result=on_result, grpc_client=grpc_client)
+        return await transcribe_files(utterances, options=options, on_result=on_result, grpc_client=grpc_client,
+                                      on_progress=on_progress if args.long else None)
     finally:
         progress.close()
         if output is not sys.stdout:

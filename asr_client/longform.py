@@ -6,11 +6,13 @@ idle. So the audio is cut where it is quietest, into pieces of at most ``max_pie
 server ``concurrency`` at a time, and each piece's words (its DETAILS, asked for with ``details=true``) are
 shifted by the piece's start.
 
-The cutter is an energy splitter: silero-vad would need its ONNX weights, which no package the project
-installs carries, and nothing may be downloaded at run time. On speech with pauses (what a file of sentences
-has) a frame-energy floor finds the pauses; speech with no pause for ``max_piece_s`` is cut at its quietest
-frame, the pieces on either side overlapping so that each hears the words at the cut whole, and each word is
-reported by the piece on whose side of the cut it lies.
+Pauses are stretches that neither a frame-energy floor nor Silero's VAD (asr_client.vad, when silero-vad is
+installed) calls speech: each misses speech the other hears (the energy floor: sentences within a few dB of
+steady noise; the VAD: some synthetic voices in noise), and sending a stretch of noise costs only compute,
+while leaving out a sentence loses it. Speech with no pause for ``max_piece_s`` is cut at its quietest frame,
+the pieces on either side overlapping so that each hears the words at the cut whole, and each word is
+reported by the piece on whose side of the cut it lies. What could not be transcribed (a piece the server
+refused, speech that came back without words) is reported with its times, never dropped in silence.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import tritonclient.grpc.aio as grpcclient
 
 from asr_client import offline
 from asr_client.audio import SAMPLE_RATE
+from asr_client.vad import default_vad
 
 FRAME_S = 0.02  # energy frame, seconds
 MAX_PIECE_S = 20.0  # longest piece sent in one request (well under the built repository's 60 s limit)
@@ -60,10 +63,11 @@ class Piece:
 
 
 def find_pieces(samples: np.ndarray, max_piece_s: float = MAX_PIECE_S, min_pause_s: float = MIN_PAUSE_S,
-                sample_rate: int = SAMPLE_RATE) -> list[Piece]:
+                sample_rate: int = SAMPLE_RATE, speech: Optional[np.ndarray] = None) -> list[Piece]:
     """Pieces of speech between pauses (at least ``min_pause_s`` quiet), none longer than ``max_piece_s`` of
     speech; the rest of each pause is left out. Speech with no pause is cut at its quietest frame, and those
-    pieces overlap (see ``Piece.keeps``)."""
+    pieces overlap (see ``Piece.keeps``). ``speech``: a bool per FRAME_S frame from a VAD (asr_client.vad);
+    without it a frame is quiet when its energy is near the file's noise floor."""
     frame = max(1, int(FRAME_S * sample_rate))
     n_frames = len(samples) // frame
     if n_frames == 0:
@@ -78,6 +82,8 @@ def find_pieces(samples: np.ndarray, max_piece_s: float = MAX_PIECE_S, min_pause
     floor = np.percentile(sounding, 10) if sounding.size else SILENT_DB
     threshold = min(floor + ABOVE_FLOOR_DB, loud - 10.0)
     quiet = (db < threshold) | (db < SILENT_DB)
+    if speech is not None:  # quiet only where neither the energy nor the VAD hears anything
+        quiet &= ~np.asarray(speech[:n_frames], bool) | (db < SILENT_DB)
     if quiet.all():
         return []
     # pauses: quiet runs at least min_pause long
@@ -157,12 +163,20 @@ class LongResult:
     pieces: tuple[tuple[float, float, str], ...]  # (start s, end s, text) of every piece sent
     latency_s: float  # wall time of the whole file
     errors: tuple[str, ...] = field(default=())  # pieces the server refused (their audio is missing)
+    # (start s, end s, why) of every stretch of speech with no words in the result: refused pieces, and
+    # pieces the VAD or energy heard speech in that came back without words
+    untranscribed: tuple[tuple[float, float, str], ...] = field(default=())
+
+
+# on_progress(pieces done, pieces in all): called once the pieces are known and as each one finishes
+Progress = Callable[[int, int], None]
 
 
 async def transcribe_long(grpc_client: grpcclient.InferenceServerClient, samples: np.ndarray,
                           model: str = offline.DEFAULT_OFFLINE_MODEL, concurrency: int = 4,
                           parameters: Optional[dict] = None, max_piece_s: float = MAX_PIECE_S,
-                          timeout_s: Optional[float] = None) -> LongResult:
+                          timeout_s: Optional[float] = None, on_progress: Optional[Progress] = None,
+                          use_vad: bool = True) -> LongResult:
     """samples: (n,) float32 at 16 kHz. Pieces run ``concurrency`` at a time; words come back stitched."""
 
     async def recognize(piece: np.ndarray, request_id: str, request_parameters: dict):
@@ -172,7 +186,7 @@ async def transcribe_long(grpc_client: grpcclient.InferenceServerClient, samples
         except offline.OfflineError as error:
             return error
 
-    return await transcribe_pieces(recognize, samples, concurrency, parameters, max_piece_s)
+    return await transcribe_pieces(recognize, samples, concurrency, parameters, max_piece_s, on_progress, use_vad)
 
 
 # recognize(samples of a piece, request id, request parameters) -> an object with .text and .details (the
@@ -180,19 +194,44 @@ async def transcribe_long(grpc_client: grpcclient.InferenceServerClient, samples
 Recognize = Callable[[np.ndarray, str, dict], Awaitable[Any]]
 
 
+def speech_frames(samples: np.ndarray, use_vad: bool = True) -> Optional[np.ndarray]:
+    """The VAD's speech per FRAME_S frame, or None without silero-vad (or with use_vad off)."""
+    vad = default_vad() if use_vad else None
+    return None if vad is None else vad.speech_frames(samples, FRAME_S)
+
+
+def heard_speech(speech: Optional[np.ndarray], piece: Piece) -> bool:
+    """Whether the VAD heard at least MIN_SPEECH_S of speech in the piece (without a VAD: any piece was cut
+    because it was louder than its surroundings, so yes)."""
+    if speech is None:
+        return True
+    frame = int(FRAME_S * SAMPLE_RATE)
+    return int(speech[piece.start // frame: piece.end // frame].sum()) * FRAME_S >= MIN_SPEECH_S
+
+
 async def transcribe_pieces(recognize: Recognize, samples: np.ndarray, concurrency: int = 4,
-                            parameters: Optional[dict] = None, max_piece_s: float = MAX_PIECE_S) -> LongResult:
+                            parameters: Optional[dict] = None, max_piece_s: float = MAX_PIECE_S,
+                            on_progress: Optional[Progress] = None, use_vad: bool = True) -> LongResult:
     """The long-audio path over any way of recognising one piece (a gRPC client above; the server's own core
     for its OpenAI-style endpoint)."""
     loop = asyncio.get_running_loop()
     started = loop.time()
-    pieces = await asyncio.to_thread(find_pieces, samples, max_piece_s)
+    speech = await asyncio.to_thread(speech_frames, samples, use_vad)
+    pieces = await asyncio.to_thread(find_pieces, samples, max_piece_s, MIN_PAUSE_S, SAMPLE_RATE, speech)
     gate = asyncio.Semaphore(max(1, concurrency))
     request_parameters = {**(parameters or {}), "details": True}
+    done = 0
+    if on_progress is not None:
+        on_progress(0, len(pieces))
 
     async def one(index: int, piece: Piece):
+        nonlocal done
         async with gate:
-            return await recognize(samples[piece.start:piece.end], f"piece-{index}", request_parameters)
+            answer = await recognize(samples[piece.start:piece.end], f"piece-{index}", request_parameters)
+        done += 1
+        if on_progress is not None:
+            on_progress(done, len(pieces))
+        return answer
 
     # longest first: requests in flight together have similar lengths, so the server's dynamic batcher pads
     # a batch little (a batch costs as much as its longest piece); the answers go back into file order
@@ -200,11 +239,12 @@ async def transcribe_pieces(recognize: Recognize, samples: np.ndarray, concurren
     answers = [None] * len(pieces)
     for i, answer in zip(order, await asyncio.gather(*(one(i, pieces[i]) for i in order))):
         answers[i] = answer
-    words, texts, spans, errors = [], [], [], []
+    words, texts, spans, errors, untranscribed = [], [], [], [], []
     for piece, answer in zip(pieces, answers):
-        offset = piece.start / SAMPLE_RATE
+        offset, end = piece.start / SAMPLE_RATE, piece.end / SAMPLE_RATE
         if isinstance(answer, Exception):
-            errors.append(f"{offset:.2f}-{piece.end / SAMPLE_RATE:.2f} s: {answer}")
+            errors.append(f"{offset:.2f}-{end:.2f} s: {answer}")
+            untranscribed.append((round(offset, 3), round(end, 3), f"refused: {answer}"))
             continue
         kept = [w for w in (answer.details or {}).get("words", [])
                 if piece.keeps(piece.start + round(SAMPLE_RATE * (w["start"] + w["end"]) / 2))]
@@ -215,6 +255,9 @@ async def transcribe_pieces(recognize: Recognize, samples: np.ndarray, concurren
         spans.append((round(offset, 3), round(piece.end / SAMPLE_RATE, 3), text))
         if text:
             texts.append(text)
+        elif heard_speech(speech, piece):
+            untranscribed.append((round(offset, 3), round(end, 3), "no words recognised"))
         words += [Word(w["word"], round(offset + w["start"], 3), round(offset + w["end"], 3), w.get("confidence"))
                   for w in kept]
-    return LongResult(" ".join(texts), tuple(words), tuple(spans), loop.time() - started, tuple(errors))
+    return LongResult(" ".join(texts), tuple(words), tuple(spans), loop.time() - started, tuple(errors),
+                      tuple(untranscribed))

@@ -192,6 +192,8 @@ def result_record(result: UtteranceResult) -> dict:
         record["latency_ms"] = [round(v * 1000.0, 2) for v in result.chunk_latencies_s]
     if result.words:
         record["words"] = [dict(word=w, start=s, end=e, confidence=c) for w, s, e, c in result.words]
+    if result.untranscribed:
+        record["untranscribed"] = [dict(start=s, end=e, reason=why) for s, e, why in result.untranscribed]
     if result.error is not None:
         record["error"] = result.error
     return record

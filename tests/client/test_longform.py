@@ -148,3 +148,63 @@ def test_subtitles_group_words_into_cues():
     assert to_vtt(got).startswith("WEBVTT\n\n00:00:00.500 --> 00:00:01.400\nhello there\n")
     assert cues([Word("x", 3725.25, 3726.0)]) and to_srt(cues([Word("x", 3725.25, 3726.0)])).split("\n")[1] == (
         "01:02:05,250 --> 01:02:06,000")
+
+
+def noisy_sentences(snr_db: float, seed: int = 0) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """36 spoken sentences of tests/data/demo_utts, 0.7-1.5 s apart, in steady noise at ``snr_db``; and where
+    each sentence lies (samples)."""
+    from asr_client.audio import load_audio
+    from tests.conftest import ROOT
+
+    folder = ROOT / "tests" / "data" / "demo_utts"
+    keys = [line.split()[0] for line in (folder / "wav.scp").read_text().splitlines() if line.strip()]
+    rng = np.random.default_rng(seed)
+    parts, spans, pos = [], [], 0
+    for key in (keys * 3)[:36]:
+        speech = load_audio(folder / f"{key}.flac").samples
+        gap = np.zeros(int(rng.uniform(0.7, 1.5) * RATE), np.float32)
+        parts += [gap, speech]
+        spans.append((pos + gap.size, pos + gap.size + speech.size))
+        pos += gap.size + speech.size
+    clean = np.concatenate(parts)
+    power = np.mean(np.concatenate([clean[a:b] for a, b in spans]) ** 2)
+    noise = np.convolve(rng.normal(size=clean.size), np.ones(8) / 8, mode="same")
+    noise *= np.sqrt(power / 10 ** (snr_db / 10) / np.mean(noise ** 2))
+    return (clean + noise).astype(np.float32), spans
+
+
+def dropped(pieces, spans) -> int:
+    """Sentences that no piece holds at least half of."""
+    return sum(1 for a, b in spans if max([min(b, p.end) - max(a, p.start) for p in pieces] + [0]) < (b - a) / 2)
+
+
+@pytest.mark.skipif(longform.default_vad() is None, reason="silero-vad is not installed (pip install silero-vad)")
+def test_sentences_the_energy_floor_loses_in_noise_are_kept_with_the_vad():
+    samples, spans = noisy_sentences(snr_db=15)
+    assert dropped(find_pieces(samples), spans) >= 1  # the energy floor alone calls quiet sentences pauses
+    speech = longform.speech_frames(samples)
+    assert dropped(find_pieces(samples, speech=speech), spans) == 0
+
+
+def test_refused_and_empty_pieces_are_reported_with_their_times_and_progress_is_told():
+    rng = np.random.default_rng(7)
+    parts = []
+    for _ in range(4):  # four "sentences" between pauses: four pieces
+        parts += [quiet(0.8, rng), noise_burst(2.0, rng)]
+    samples = np.concatenate(parts)
+
+    async def recognize(piece, request_id, parameters):
+        if request_id == "piece-1":
+            return offline.OfflineError("Exceeds maximum queue size")
+        text = "" if request_id == "piece-2" else request_id
+        return offline.OfflineResult(text, 0.0, {"words": [{"word": text, "start": 0.5, "end": 1.0}] if text else []})
+
+    seen = []
+    result = asyncio.run(longform.transcribe_pieces(recognize, samples, on_progress=lambda d, t: seen.append((d, t)),
+                                                    use_vad=False))
+    assert result.text == "piece-0 piece-3"
+    reasons = [why for _, _, why in result.untranscribed]
+    assert reasons == ["refused: Exceeds maximum queue size", "no words recognised"]
+    (s1, e1, _), (s2, e2, _) = result.untranscribed
+    assert 3.0 < s1 < e1 < s2 < e2 < 9.5  # the second (3.6-5.6 s) and third (6.4-8.4 s) sentences, padded
+    assert seen[0] == (0, 4) and seen[-1] == (4, 4) and [d for d, _ in seen] == [0, 1, 2, 3, 4]
