@@ -1,8 +1,11 @@
 """asr-model-analyzer: measure configurations of a model or a whole ensemble and keep the best.
 
     asr-model-analyzer --model-repository model_repo --model attention_rescoring --audio tests/data/demo_utts \\
-        --grid instance_count=1,2 --grid encoder.max_queue_delay_us=0,2000 --concurrency 1,4 \\
-        --search hill --max-candidates 8 --export-path analysis/
+        --bls-composing-models decoder --grid instance_count=1,2 --grid encoder.max_queue_delay_us=0,2000 \\
+        --concurrency 1,4 --search hill --max-candidates 8 --export-path analysis/
+
+(attention_rescoring's scoring step calls `decoder` through BLS, which an ensemble's steps do not show: name
+such models with --bls-composing-models, as with Triton's model-analyzer.)
 
 Grid syntax: [MODEL.]KNOB=V1,V2,... (no MODEL: every tuned model that has the knob). Knobs: instance_count,
 max_batch_size, preferred_batch_size (sizes joined by '/', 'none' for no preferred sizes: 8/16,none),

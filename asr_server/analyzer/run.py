@@ -14,6 +14,7 @@ The outputs are written by outputs.py; this module plans, loads, measures and co
 from __future__ import annotations
 
 import contextlib
+import re
 import logging
 import statistics
 from pathlib import Path
@@ -33,6 +34,15 @@ from asr_server.analyzer.variants import Variant, apply_variant, is_sequence, kn
 log = logging.getLogger("asr_model_analyzer")
 ENSEMBLE = "ensemble"
 WARM_UP_STREAMS, WARM_UP_SECONDS = 4, 2.0  # paced warm-up after a load: streams, audio seconds each
+
+
+def bls_hint(error: str) -> str:
+    """What to add when a model the tuned ones call through BLS was not loaded (an ensemble's steps do not show
+    those calls): Triton's words are "Request for unknown model: 'NAME' is not found"."""
+    found = re.search(r"unknown model: '([^']+)' is not found", error or "")
+    if not found:
+        return ""
+    return f"; a model calls '{found.group(1)}' through BLS: add --bls-composing-models {found.group(1)}"
 
 
 class Analyzer:
@@ -221,7 +231,8 @@ class Analyzer:
         if candidate == SHIPPED and records and all(r.error for r in records):
             # Nothing can be compared with a baseline that does not run: stop rather than sweep errors.
             raise RuntimeError(f"the shipped configuration of '{self.o.model}' failed to measure: {records[0].error}"
-                               f" (fix it, then remove {self.checkpoint.path} if it recorded the failure)")
+                               f"{bls_hint(records[0].error)} (fix it, then remove {self.checkpoint.path} if it "
+                               "recorded the failure)")
         key = objectives.score(self.o.objective, self.o.constraints, (r.measured() for r in records))
         self.scores[candidate.key()] = key
         log.info("%s (%s): %s", self.config_path(candidate), candidate.describe(), key)

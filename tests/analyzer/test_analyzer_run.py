@@ -16,7 +16,7 @@ from asr_server.analyzer import perf
 from asr_server.analyzer.cli import main
 from asr_server.analyzer.results import MODEL_ANALYZER_COLUMNS
 from asr_server.analyzer.run import Analyzer, AnalyzerOptions
-from tests.conftest import BUNDLED_REPO, copy_model
+from tests.conftest import BUNDLED_REPO, ROOT, copy_model
 
 try:
     BINARY = perf.find_binary()
@@ -185,3 +185,28 @@ def test_a_sequence_model_is_measured_with_sequences_and_its_oldest_strategy_is_
     text = (export / "output_model_repository" / "accumulator_config_0" / "config.pbtxt").read_text()
     assert "oldest" in text and "preferred_batch_size: 4" in text and "dynamic_batching" not in text
     assert summary.best_score >= summary.shipped_score
+
+
+def test_the_help_example_runs_as_printed(tmp_path, capsys):
+    """The example in --help, on the bundled repository; only its budget is cut (one candidate, one load)."""
+    from asr_server.analyzer.cli import build_parser
+
+    help_text = build_parser().format_help()
+    example = help_text[help_text.index("    asr-model-analyzer --model-repository"):].split("\n\n")[0]
+    argv = example.replace("\\\n", " ").split()[1:]
+    argv[argv.index("--export-path") + 1] = str(tmp_path / "analysis")
+    for flag in ("--model-repository", "--audio"):  # relative to the repository's root, as the README's commands
+        argv[argv.index(flag) + 1] = str(ROOT / argv[argv.index(flag) + 1])
+    budget = ["--max-candidates", "1", "--concurrency", "1", "--measurement-interval", "2000", "--max-trials", "3",
+              "--confirm-rounds", "0", "--no-progress", "--perf-analyzer", str(BINARY)]
+    assert main(argv + budget) == 0, capsys.readouterr().err
+    assert (tmp_path / "analysis" / "results" / "metrics-model-inference.csv").is_file()
+
+
+def test_a_model_called_through_bls_but_not_loaded_is_named_with_the_flag_to_add():
+    from asr_server.analyzer.run import bls_hint
+
+    error = ("Thread [0] had error: in ensemble 'attention_rescoring', step 2 ('scoring'): TritonModelException: "
+             "Request for unknown model: 'decoder' is not found")
+    assert bls_hint(error).endswith("add --bls-composing-models decoder")
+    assert bls_hint("Failed to maintain requested inference load") == ""
