@@ -1,2 +1,2 @@
-"""Data v2 for the bundled recogniser (issue 15): open English text, many synthetic voices, a resumable
+"""Data v2 for the bundled recogniser: open English text, many synthetic voices, a resumable
 corpus generator. Training-side code only: nothing under asr_server/ imports it."""

@@ -16,7 +16,7 @@ from asr_data.normalise import label as to_label
 from asr_data.real_speech import is_banned
 from asr_data.text_sources import Line
 
-# Share of each kind in the training text. Templates stay a small minority (issue 15: <= 10%).
+# Share of each kind in the training text. Templates stay a small minority (<= 10%).
 TRAIN_KINDS = {"sentence": 0.42, "words": 0.24, "mixed": 0.13, "digits": 0.07, "date_time": 0.04,
                "template": 0.10}
 # Sentences: fortunes are 10x fewer than WordNet glosses but closer to speech, so each family gets half.

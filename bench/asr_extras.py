@@ -1,4 +1,4 @@
-"""Issue 18's figures: what DETAILS, hotwords and endpointing cost per chunk, word-timestamp accuracy, endpoint
+"""What DETAILS, hotwords and endpointing cost per chunk, word-timestamp accuracy, endpoint
 delay after a 1 s pause, and a long file in pieces against its parts one by one.
 
     python -m bench.asr_extras [--repo model_repo] [--skip-server]

@@ -6,7 +6,7 @@ every client path, on one model repository.
 Each utterance is written at the lower rate (soundfile), then sent by: asr-client's file transcription
 (offline and streaming; it decodes and resamples), raw tritonclient with the samples a user resampled to
 16 kHz, and WeNet's streaming request pattern (11040 then 10240 samples, zero-padded, WAV_LENS the real count).
-The target (issue 34): every variant within 1.5x of the 16 kHz WER on every path.
+The target: every variant within 1.5x of the 16 kHz WER on every path.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One server process (multiprocessing spawn) serves the same model twice: `mlp_bat
 `dynamic_batching { max_queue_delay_microseconds: DELAY_US }` and `mlp_direct` without it (same instance
 groups). The client (this process, tritonclient.grpc.aio) runs N concurrent tasks that each send FP32
 [1, 256] requests back to back for a fixed time. Prints infer/s and p50/p99 latency at concurrency 1, 8 and
-32, and the batched/direct throughput ratio at concurrency 32 (issue 3's target: >= 3x on a 2-core machine).
+32, and the batched/direct throughput ratio at concurrency 32 (the target: >= 3x on a 2-core machine).
 
 The model (MLP_LAYERS MatMul layers of width MLP_WIDTH, ~7 MB of FP32 weights) is chosen so that batching
 matters: one row is a memory-bound matrix-vector product per layer, while 32 rows reuse every weight 32 times.

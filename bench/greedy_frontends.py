@@ -1,4 +1,4 @@
-"""Streaming CTC greedy WER of one checkpoint under different fbank front ends (issue 14's accuracy gap).
+"""Streaming CTC greedy WER of one checkpoint under different fbank front ends (the accuracy gap).
 
     python -m bench.greedy_frontends --model-dir models/demo_en --data tests/data/demo_utts [--data DIR ...]
 

@@ -19,7 +19,7 @@
    load generator's, how busy the whole machine was (middle half of each trial), and the bare ONNX Runtime
    floor of the same work (streaming encoder windows at batch 1 and batched, one thread; plus decoder.onnx
    rescoring calls; plus the fbank), measured in the same run; from these, the CPU budget per audio-second
-   that issue 14's targets (1.7x greedy, 1.3x rescoring) would leave the server, beside that floor; and at the
+   that the targets (1.7x greedy, 1.3x rescoring) would leave the server, beside that floor; and at the
    largest stream count every system sustained, the same floor at that load (bench/paced_floor.py: the bare
    work paced as those streams send it and batched as each server batches; idle gaps make ORT dearer here);
 5. sherpa-onnx gets its best settings: each of --sherpa-configs (work threads, ORT threads, max batch size)
@@ -450,7 +450,7 @@ def search(name: str, run, pid: int, rows: dict, args, deadline: float) -> tuple
     return best, f"{bad} failed"
 
 
-# Issue 14's acceptance: sustained streams of each of our modes over sherpa-onnx's.
+# The acceptance: sustained streams of each of our modes over sherpa-onnx's.
 TARGET_RATIOS = {"ours greedy": 1.7, "ours rescore": 1.3}
 PROC = "_proc"  # a mode's variant with each scorer instance in a process of its own (--instance-process)
 

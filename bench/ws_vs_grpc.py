@@ -1,4 +1,4 @@
-"""WebSocket streaming against gRPC streaming, same server, same model, same paced load (issue 35's target:
+"""WebSocket streaming against gRPC streaming, same server, same model, same paced load (the target:
 64 real-time streams hold chunk p99 < 300 ms over WebSocket, with server CPU per audio-second within 1.2x of
 the gRPC path's).
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate the data-v2 corpus (issue 15): open English text, many synthesisers, resumable.
+"""Generate the data-v2 corpus: open English text, many synthesisers, resumable.
 
     bash scripts/resume_corpus.sh          # voices, real speech, game speech, then `run` in the background
     /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py status [--voices]
@@ -360,7 +360,7 @@ def bench(args) -> int:
     return 0
 
 
-FROZEN_TRAIN = 15_568  # the train split's size when issue 15's training data was frozen (2026-12-04)
+FROZEN_TRAIN = 15_568  # the train split's size when the data-v2 training data was frozen (2026-12-04)
 KALDI_FILES = ("wav.scp", "text", "utt2spk", "utt2dur")
 
 
@@ -440,7 +440,7 @@ def _write_kaldi(rows: list[dict], base: Path, out: Path) -> float:
 
 
 def leg(args) -> int:
-    """One relay leg's data (issue 32), deterministic from the leg number, bounded by --minutes:
+    """One relay leg's data, deterministic from the leg number, bounded by --minutes:
     the synthetic test splits' first EVAL_SIZE utterances (the same every leg), then this leg's training
     utterances, train-split indices leg * LEG_STRIDE + 0, 1, 2, ... until the time is up (each index is the
     same utterance on every machine, so a leg's data is a prefix of its own fixed sequence), made by --jobs

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A relay leg on a lent GPU (issue 32): prepared here on the CPU, so that a GPU window of a few minutes is used
+"""A relay leg on a lent GPU: prepared here on the CPU, so that a GPU window of a few minutes is used
 at once. Only 64 MiB travel to the GPU machine and 16 MiB per file come back, so a leg's audio goes as
 Ogg/Opus (about 6.5 h in 47 MiB at 16 kbit/s) and only the fp16 weights come back.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One leg of the open-English recogniser's relay training (issue 32): everything a leg needs comes from the
+"""One leg of the open-English recogniser's relay training: everything a leg needs comes from the
 repository, and everything the next leg needs goes back into it.
 
     python scripts/relay_leg.py --train-minutes 90        # set-up, data, training, evaluation, state

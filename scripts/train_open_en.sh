@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start or resume the open-English recogniser's training (issue 15) in the background, niced, outside the
+# Start or resume the open-English recogniser's training in the background, niced, outside the
 # checkout. Safe to rerun: it does nothing but report while a run is going; otherwise it continues from
 # $ASR_DATA/exp/open_en/checkpoint.pt (a resumed run equals an uninterrupted one).
 #

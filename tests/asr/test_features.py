@@ -243,7 +243,7 @@ def test_numpy_fbank_batched_equals_one_by_one_and_streams_like_whole_utterances
 
 def test_band_limited_float_audio_gets_the_features_of_its_16_bit_file():
     """8 kHz audio resampled in float has an emptier upper band than any 16-bit file: without the noise floor its
-    log energies there fall to log(float epsilon) and the recogniser hears garbage (issue 34)."""
+    log energies there fall to log(float epsilon) and the recogniser hears garbage."""
     import soxr
 
     rng = np.random.default_rng(3)

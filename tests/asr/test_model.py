@@ -202,7 +202,7 @@ def _short_table(model, rows: int):
 
 
 def test_streams_run_past_the_positional_table_and_match_before_it(model):
-    """A stream longer than max_len used to fail its Gather (issue 13: ~200 s with 5000 rows). The offset is
+    """A stream longer than max_len used to fail its Gather (~200 s with 5000 rows). The offset is
     clamped instead; chunks before the clamp point are unchanged."""
     rows = 40  # clamp point: start offset - CACHE > rows - (CACHE + CHUNK), i.e. after 10 chunks
     torch.manual_seed(3)

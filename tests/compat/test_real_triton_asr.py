@@ -174,7 +174,7 @@ def details(url: str, samples: np.ndarray, parameters) -> dict:
 
 
 def test_details_output_and_request_parameters_through_the_ensemble_in_real_triton(repos):
-    """Issue 18: DETAILS is an ensemble output in Triton too, and Triton hands the ensemble request's
+    """DETAILS is an ensemble output in Triton too, and Triton hands the ensemble request's
     parameters (details, hotwords) to its steps, so words and times come back the same as from ours."""
     _, samples = utterances()[0]
     with rt.real_triton(repos["shim"], ready_timeout_s=START_S) as triton:

@@ -278,7 +278,7 @@ async def _stream_results(client, pieces, sequence_id: int, fail_at=None) -> lis
 
 
 async def test_a_stream_whose_chunk_fails_answers_errors_until_end_never_a_silent_restart(client):
-    """Issue 13: after an encoder failure the next chunk silently started a new sequence and END answered
+    """After an encoder failure the next chunk silently started a new sequence and END answered
     "successfully" with only the audio after the failure."""
     wenets = [m.recogniser for m in python_models(client.server, "streaming_wenet")]  # the stream runs on one
     calls = {"n": 0}
@@ -345,7 +345,7 @@ async def test_a_stream_longer_than_the_positional_table_decodes_through_the_ser
 
 
 async def test_offline_audio_longer_than_the_configured_maximum_is_refused_alone(client):
-    """Issue 13: 200 s of offline audio failed with INTERNAL inside the encoder after costing GBs of RSS."""
+    """200 s of offline audio failed with INTERNAL inside the encoder after costing GBs of RSS."""
     from tritonclient.utils import InferenceServerException
 
     assert python_models(client.server, "feature_extractor")[0].max_samples == 60 * SAMPLE_RATE  # built repo: 60 s
@@ -360,7 +360,7 @@ async def test_offline_audio_longer_than_the_configured_maximum_is_refused_alone
 
 
 async def test_a_batch_of_two_to_streaming_wenet_is_refused_not_cut_to_its_first_row(client):
-    """Issue 13: the second row was silently dropped. Triton's sequence batcher refuses batch sizes > 1."""
+    """The second row was silently dropped. Triton's sequence batcher refuses batch sizes > 1."""
     from tritonclient.utils import InferenceServerException
 
     samples = utterance(33, 0.5)

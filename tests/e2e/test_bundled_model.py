@@ -22,7 +22,7 @@ DATA = ROOT / "tests" / "data" / "demo_utts"
 # Regression bounds on these 12 utterances, a margin above what the bundled model scores on them
 # (MODEL_CARD.md has its figures on the full test splits).
 MAX_OFFLINE_WER = 0.06  # measured 1/96 words wrong
-MAX_STREAMING_WER = 0.08  # issue 4's streaming target; measured 2/96 (asr-client, WeNet's chunks)
+MAX_STREAMING_WER = 0.08  # the demo model's streaming target; measured 2/96 (asr-client, WeNet's chunks)
 
 pytestmark = pytest.mark.skipif(
     not (BUNDLED_REPO / "encoder" / "1" / "encoder.onnx").exists(),

@@ -1,4 +1,4 @@
-"""Served CTC greedy streaming == the model's own greedy decode of the whole utterance (issue 14).
+"""Served CTC greedy streaming == the model's own greedy decode of the whole utterance.
 
 The reference is independent of the serving path: Kaldi fbank of the whole utterance (kaldi-native-fbank,
 not the server's numpy fbank), the torch checkpoint's full-sequence encoder under WeNet's chunk mask (16-frame

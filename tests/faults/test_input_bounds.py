@@ -1,5 +1,5 @@
 """Every model of the built repository bounds the variable dimensions of its inputs (config parameter
-max_input_dim, what 60 s of audio implies): a request past it is refused before any work (issue 33: 6 MiB sent
+max_input_dim, what 60 s of audio implies): a request past it is refused before any work (6 MiB sent
 straight to `encoder` cost +1.5 GB; a 128 MiB WAV with WAV_LENS of 1 s was accepted)."""
 
 from __future__ import annotations

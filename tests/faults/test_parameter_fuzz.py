@@ -1,6 +1,6 @@
 """Every request parameter the ASR models and the server read, with values of every type and edge (NaN, inf,
 huge, negative, empty, unicode, long): each request is answered OK or INVALID_ARGUMENT, and the server lives
-and transcribes correctly afterwards (issue 33: hotwords_score=nan used to kill it with SIGSEGV)."""
+and transcribes correctly afterwards (hotwords_score=nan used to kill it with SIGSEGV)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Small requests must not cost large responses (issue 33): an output requested many times is returned once,
+"""Small requests must not cost large responses: an output requested many times is returned once,
 over gRPC and HTTP, as Triton does."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Property-based tests of the converters (issue 13): tensors survive every wire form unchanged, and any
+"""Property-based tests of the converters: tensors survive every wire form unchanged, and any
 malformed tensor or parameter map gives a valid request or INVALID_ARGUMENT, never another exception."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile input at the protocol layer (issue 13): shared-memory keys that leave /dev/shm, parameters of the
+"""Hostile input at the protocol layer: shared-memory keys that leave /dev/shm, parameters of the
 wrong type or sign, oversize and endless bodies, deep JSON, overflowing shapes, raw and typed contents at once.
 Each is refused with INVALID_ARGUMENT (400) or 413, and the server goes on serving."""
 

@@ -1,4 +1,4 @@
-"""System shared memory a client changes under the server (issue 33): a region whose file is truncated after
+"""System shared memory a client changes under the server: a region whose file is truncated after
 it was registered fails the request that reads or writes it with INVALID_ARGUMENT (it used to kill the server
 with SIGBUS), and the number of regions, each holding a descriptor, is capped."""
 

@@ -1,4 +1,4 @@
-"""A client that sends on a stream but never reads its answers (issue 33): the server stops reading that
+"""A client that sends on a stream but never reads its answers: the server stops reading that
 stream's requests once MAX_STREAM_BACKLOG answers wait, instead of queueing every answer in memory; other
 clients are served meanwhile, and the stream resumes when its client reads."""
 

@@ -732,7 +732,7 @@ async def test_implicit_state_with_a_torchscript_model(tmp_path: Path, running, 
         assert int(stats["execution_count"]) < 32
 
 
-# ---- hostile sequence ids and batches (issue 13) ---------------------------------------------------------
+# ---- hostile sequence ids and batches ---------------------------------------------------------
 
 
 def _sequence_request(model: str, sequence_id, amount: float = 1.0, name: str = "INPUT", batch: int = 1):
@@ -779,7 +779,7 @@ async def test_sequence_ids_that_are_not_uint64_or_string_are_refused_before_the
 
 async def test_a_request_the_python_backend_cannot_hand_to_the_model_fails_alone_in_its_batch(
         tmp_path: Path, running):
-    """Issue 13: a float sequence_id failed the whole python-model batch (16 good streams got errors from one
+    """A float sequence_id failed the whole python-model batch (16 good streams got errors from one
     bad client). Submitted past the core's check, in one batch with two good sequences."""
     py_accumulator(tmp_path)
     async with running(tmp_path, allow_http=False) as server:

@@ -1,4 +1,4 @@
-"""asr_data text side (issue 15 data v2): numbers said as words, normalisation to the units' alphabet, text
+"""asr_data text side: numbers said as words, normalisation to the units' alphabet, text
 sources split by whole source into training and held-out pools, and the guard that keeps the real
 recordings' sentences out of training text."""
 

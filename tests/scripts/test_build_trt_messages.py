@@ -1,5 +1,5 @@
 """Without TensorRT, the TensorRT scripts say so in one line instead of a traceback; export_build_serve.sh
---help prints its usage (issue 34)."""
+--help prints its usage."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""scripts/eval.py: WER, the early-emission diagnostic, and the bundled model against issue 4's targets on the
+"""scripts/eval.py: WER, the early-emission diagnostic, and the bundled model against its targets on the
 held-out demo utterances."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_early_spike_share_pools_spikes_over_utterances():
 
 
 def test_bundled_model_meets_the_targets_on_the_demo_utterances(tmp_path):
-    """The 12 demo utterances come from the test splits (test_a and test_b, never trained on). Issue 4's
+    """The 12 demo utterances come from the test splits (test_a and test_b, never trained on). The
     thresholds hold here too, and rescoring does not lose to greedy (on these 96 words offline both make the
     same single error; the 300-utterance splits, in models/demo_en/eval.json, show it strictly better)."""
     pytest.importorskip("torch", reason="scripts/eval.py decodes with the PyTorch model")

@@ -1,4 +1,4 @@
-"""bench/vs_sherpa.py's reading of issue 14's targets: the CPU budget a target leaves the server on this
+"""bench/vs_sherpa.py's reading of the targets: the CPU budget a target leaves the server on this
 machine, beside the bare floor of the same work."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Log lines a client cannot forge or inflate (issue 33): the message part of a record is one line, cut to
+"""Log lines a client cannot forge or inflate: the message part of a record is one line, cut to
 MAX_MESSAGE_CHARS; a traceback keeps its lines."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ default) ``streaming_model.StreamingRecogniser`` runs those graphs here: one onn
 windows, no request, no second scheduler, no thread hop, and each sequence's caches in one dict beside it.
 Without them it makes BLS requests to the ``streaming_encoder`` and ``decoder`` models (the encoder's caches
 then live as implicit state in that model's sequence batcher): the way to a TensorRT or GPU encoder.
-Measured with ``python -m bench.stream_cpu`` (issue 14).
+Measured with ``python -m bench.stream_cpu``.
 """
 
 from __future__ import annotations

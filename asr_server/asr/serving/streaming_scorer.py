@@ -49,7 +49,7 @@ EncoderRunner = Callable[[list[EncoderJob]], list[Union[EncoderResult, Exception
 
 class StreamFailed(Exception):
     """A chunk of a stream that failed, or of a stream that failed earlier: the client gets this error
-    instead of a transcript, and the stream is not silently restarted (issue 13)."""
+    instead of a transcript, and the stream is not silently restarted."""
 
     def __init__(self, message: str, code: Optional[str] = None) -> None:
         super().__init__(message)
