@@ -55,9 +55,6 @@ class ModelContext:
 class Backend(abc.ABC):
     """One model instance of one backend kind."""
 
-    # Names that select this backend: config `backend` values and `platform` values.
-    backend_names: ClassVar[tuple[str, ...]] = ()
-    platform_names: ClassVar[tuple[str, ...]] = ()
     default_model_filename: ClassVar[str] = ""
     # True when execute() can take requests of different non-batch shapes in one batch.
     ragged_batching: ClassVar[bool] = False

@@ -227,8 +227,6 @@ def _as_str_array(array: np.ndarray) -> np.ndarray:
 class OnnxRuntimeBackend(TensorBatchBackend):
     """One onnxruntime InferenceSession per model instance."""
 
-    backend_names = ("onnxruntime",)
-    platform_names = ("onnxruntime_onnx",)
     default_model_filename = "model.onnx"
 
     session: Optional[ort.InferenceSession] = None

@@ -87,8 +87,6 @@ def read_model(path: Path, model_name: str) -> ov.Model:
 class OpenVINOBackend(TensorBatchBackend):
     """One compiled model and one infer request per model instance."""
 
-    backend_names = ("openvino",)
-    platform_names = ("openvino",)
     default_model_filename = "model.xml"
 
     compiled: Optional[ov.CompiledModel] = None

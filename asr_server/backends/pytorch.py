@@ -44,8 +44,6 @@ def import_torch() -> Any:
 class PyTorchBackend(TensorBatchBackend):
     """One TorchScript module per model instance."""
 
-    backend_names = ("pytorch",)
-    platform_names = ("pytorch_libtorch",)
     default_model_filename = "model.pt"
 
     module: Any = None

@@ -78,8 +78,6 @@ def signature_specs(function: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 class TensorFlowBackend(TensorBatchBackend):
     """One loaded SavedModel signature (or pruned GraphDef function) per model instance."""
 
-    backend_names = ("tensorflow",)
-    platform_names = (SAVEDMODEL, GRAPHDEF)
     default_model_filename = "model.savedmodel"
     inline_safe = False  # TensorFlow calls are not short enough for the event loop thread
 

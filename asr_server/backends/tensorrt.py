@@ -47,8 +47,6 @@ def import_tensorrt(model: str) -> tuple[Any, Any]:
 class TensorRTBackend(TensorBatchBackend):
     """One TensorRT engine, execution context and CUDA stream per model instance."""
 
-    backend_names = ("tensorrt",)
-    platform_names = ("tensorrt_plan",)
     default_model_filename = "model.plan"
     inline_safe = False  # a GPU call with copies is not short enough for the event loop thread
 

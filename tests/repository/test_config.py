@@ -22,7 +22,6 @@ FIXTURES = Path(__file__).parent / "fixtures"  # ModelConfig responses of a real
 class ConfigOnlyBackend(Backend):
     """Stands in for the python backend: config completion must not depend on running model.py."""
 
-    backend_names = ("python",)
     default_model_filename = "model.py"
 
     def load(self) -> None: ...

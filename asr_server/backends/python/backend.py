@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 class PythonBackend(Backend):
     """One instance of a Triton python model. See `asr_server/backends/base.py` for the contract."""
 
-    backend_names = ("python",)
     default_model_filename = DEFAULT_MODEL_FILENAME
     # A python model gets a list of requests, never a concatenated tensor, so shapes may differ.
     ragged_batching = True
