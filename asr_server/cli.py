@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 from asr_server.errors import ServerError
 from asr_server.log_format import OneLineFormatter
-from asr_server.settings import MODEL_CONTROL_MODES, ServerSettings
+from asr_server.settings import MODEL_CONTROL_MODES, ServerSettings, validate
 
 
 def _bool(text: str) -> bool:
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--http-ssl-cert", type=Path, default=None, help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--http-ssl-key", type=Path, default=None, help="HTTPS private key (PEM)")
     p.add_argument("--http-max-input-size", type=int, default=64 << 20, help="bytes; larger HTTP bodies get 413")
+    p.add_argument("--workers", type=_workers, default=1,
+                   help="server processes sharing the ports, each with its own model instances; 'auto': one per "
+                        "core (default 1; when they help: docs/operations.md)")
     p.add_argument("--http-idle-timeout-secs", type=float, default=75.0,
                    help="an HTTP connection without a complete request (headers) for this long is closed: idle "
                         "keep-alive connections, and clients that dribble their headers")
@@ -73,6 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a request body that makes no progress for this long is answered 408 and its "
                         "connection closed")
     return p
+
+
+def _workers(text: str) -> int:
+    if text == "auto":
+        return len(os.sched_getaffinity(0))
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of processes or 'auto', got {text!r}") from None
 
 
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
@@ -107,19 +120,31 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
         http_max_input_size=args.http_max_input_size,
         http_idle_timeout_secs=args.http_idle_timeout_secs,
         http_body_timeout_secs=args.http_body_timeout_secs,
+        workers=args.workers,
     )
+
+
+def configure_logging(verbose: int, prefix: str = "") -> None:
+    """One line per record; `prefix` names the worker process a line comes from (--workers)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneLineFormatter(f"%(asctime)s %(levelname).1s {prefix}%(name)s] %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = logging.StreamHandler()
-    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname).1s %(name)s] %(message)s"))
-    logging.basicConfig(level=logging.DEBUG if args.log_verbose else logging.INFO, handlers=[handler])
+    configure_logging(args.log_verbose)
     from asr_server.server import Server  # after logging is set up: model imports may log
 
     try:
-        server = Server(settings_from_args(args))
-        asyncio.run(server.serve_forever())
+        settings = validate(settings_from_args(args))
+        if settings.workers > 1:
+            from asr_server.workers import Supervisor
+
+            Server.check_ports_free(settings)  # once, here: the workers share the ports
+            asyncio.run(Supervisor(settings).run())
+        else:
+            asyncio.run(Server(settings).serve_forever())
     except (ServerError, ValueError) as exc:
         logging.getLogger("asr_server").error("%s", exc)
         return 1

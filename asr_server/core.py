@@ -62,6 +62,8 @@ class InferenceCore:
         self.poll_enabled = model_control == "poll"
         self.shared_memory = SharedMemoryRegistry()
         self.live = True
+        # With --workers: passes model loads and unloads on to the other workers (workers.SiblingControl)
+        self.peers = None
 
     # ---- health and metadata --------------------------------------------------------------------
     def server_ready(self) -> bool:
@@ -133,7 +135,8 @@ class InferenceCore:
         return rows
 
     async def load_model(self, name: str, config_override: Optional[str] = None,
-                         files: Optional[dict[str, bytes]] = None) -> None:
+                         files: Optional[dict[str, bytes]] = None, forward: bool = True) -> None:
+        """`forward`: also load it on the other workers (False for a request a worker forwarded)."""
         if not self.model_control_explicit:
             raise ServerError(LOAD_NOT_ALLOWED, ErrorCode.UNAVAILABLE)
         if files and not config_override:
@@ -142,13 +145,18 @@ class InferenceCore:
             await self.manager.load(name, config_override, files or None)
         finally:
             gc_freeze.settle()
+        if forward and self.peers is not None:
+            await self.peers.load(name, config_override, files)
 
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        """`unload_dependents`: also unload an ensemble's steps that were loaded only along with it."""
+    async def unload_model(self, name: str, unload_dependents: bool = False, forward: bool = True) -> None:
+        """`unload_dependents`: also unload an ensemble's steps that were loaded only along with it;
+        `forward`: on the other workers too."""
         if not self.model_control_explicit:
             raise ServerError(LOAD_NOT_ALLOWED, ErrorCode.UNAVAILABLE)
         await self.manager.unload(name, unload_dependents)
         gc_freeze.settle()
+        if forward and self.peers is not None:
+            await self.peers.unload(name, unload_dependents)
 
     # ---- inference ------------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:

@@ -43,6 +43,7 @@ class Server:
         self.grpc_port: Optional[int] = None  # the bound ports (differ from the settings when those are 0)
         self.http_port: Optional[int] = None
         self.metrics_port: Optional[int] = None
+        self.private_grpc_port: Optional[int] = None  # a worker's own port, for its siblings
         self._grpc: Optional[grpc.aio.Server] = None
         self._grpc_service: Optional[grpc_service.InferenceService] = None
         self._web_runners: list[web.AppRunner] = []
@@ -59,7 +60,13 @@ class Server:
             raise
 
     async def _start(self) -> None:
-        self._check_ports_free()
+        worker = self.settings.worker
+        if worker is None:  # the workers' supervisor checked the ports once, before starting them
+            self.check_ports_free(self.settings)
+        else:
+            from asr_server.workers import SiblingControl
+
+            self.core.peers = SiblingControl(worker)
         for line in gpu_devices.describe_gpus():  # Triton logs the GPUs it found the same way
             log.info("%s", line)
         await self._load_startup_models()
@@ -68,7 +75,8 @@ class Server:
             options = [
                 ("grpc.max_receive_message_length", s.max_message_bytes),
                 ("grpc.max_send_message_length", s.max_message_bytes),
-                ("grpc.so_reuseport", 0),
+                # workers share the port; a single server refuses a port in use (say it, as tritonserver)
+                ("grpc.so_reuseport", 1 if worker is not None else 0),
             ]
             restricted = restrictions.parse(s.grpc_restricted_protocols, grpc_side=True)
             interceptors = [restrictions.RestrictedProtocolInterceptor(restricted)] if restricted else []
@@ -79,6 +87,8 @@ class Server:
                               else self._grpc.add_insecure_port(address))
             if self.grpc_port == 0:
                 raise RuntimeError(f"could not bind gRPC to {s.grpc_address}:{s.grpc_port}")
+            if worker is not None:  # its siblings forward model control here (asr_server/workers.py)
+                self.private_grpc_port = self._grpc.add_insecure_port("127.0.0.1:0")
             await self._grpc.start()
             log.info("Started GRPCInferenceService at %s:%d", s.grpc_address, self.grpc_port)
         if s.allow_http:
@@ -98,12 +108,16 @@ class Server:
             log.info("Started Metrics Service at %s:%d", s.metrics_address, self.metrics_port)
         if s.model_control_mode == "poll":
             self._poll_task = asyncio.get_running_loop().create_task(self._poll_loop())
+        if worker is not None:
+            from asr_server.workers import write_entry
+
+            write_entry(worker, self.private_grpc_port, self.metrics_port)
         gc_freeze.settle()
 
-    def _check_ports_free(self) -> None:
+    @staticmethod
+    def check_ports_free(s: ServerSettings) -> None:
         """A port in use is found before any model loads (minutes for a big repository), and said in one line
         (tritonserver's words) instead of a bind error after the load."""
-        s = self.settings
         for service, enabled, address, port in (("GRPC", s.allow_grpc, s.grpc_address, s.grpc_port),
                                                 ("HTTP", s.allow_http, s.http_address, s.http_port),
                                                 ("Metrics", s.allow_metrics, s.metrics_address, s.metrics_port)):
@@ -130,6 +144,9 @@ class Server:
             names = self.manager.repository_names() if "*" in s.load_models else list(s.load_models)
         else:
             names = self.manager.repository_names()
+        if s.worker is not None and s.model_control_mode == "explicit":
+            # a restarted worker serves what its siblings were told to load since they started
+            names = list(dict.fromkeys([*names, *await self.core.peers.ready_models()]))
         await self.manager.load_many(names)
         failed = [e for e in self.manager.models.values() if not e.versions]
         for entry in failed:
@@ -147,7 +164,7 @@ class Server:
                                shutdown_timeout=self.settings.exit_timeout_secs,
                                keepalive_timeout=self.settings.http_idle_timeout_secs)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_port=self.settings.worker is not None)
         await site.start()
         self._web_runners.append(runner)
         return site._server.sockets[0].getsockname()[1]  # the bound port when port is 0

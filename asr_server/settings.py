@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 MODEL_CONTROL_MODES = ("none", "explicit", "poll")
 
@@ -32,6 +32,8 @@ class ServerSettings:
     exit_timeout_secs: float = 30.0  # --exit-timeout-secs: drain time at shutdown
     http_idle_timeout_secs: float = 75.0  # --http-idle-timeout-secs: no complete request headers -> closed
     http_body_timeout_secs: float = 60.0  # --http-body-timeout-secs: a body without progress -> 408, closed
+    workers: int = 1  # --workers: server processes sharing the ports (asr_server/workers.py)
+    worker: Optional[Any] = None  # set inside a worker process: its workers.WorkerRole
     grpc_restricted_protocols: tuple[str, ...] = ()  # --grpc-restricted-protocol=<groups>:<key>=<value>
     http_restricted_apis: tuple[str, ...] = ()  # --http-restricted-api=<groups>:<key>=<value>
     grpc_use_ssl: bool = False  # --grpc-use-ssl
@@ -67,6 +69,8 @@ def validate(settings: ServerSettings) -> ServerSettings:
     http_ssl_context(settings)
     if settings.http_max_input_size <= 0:
         raise ValueError("--http-max-input-size must be positive")
+    if settings.workers < 1:
+        raise ValueError("--workers must be at least 1")
     for flag, value in (("--http-idle-timeout-secs", settings.http_idle_timeout_secs),
                         ("--http-body-timeout-secs", settings.http_body_timeout_secs)):
         if not value > 0:

@@ -22,6 +22,7 @@ from asr_server.protocol import parameters
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.protocol.status import GRPC_STATUS
 from asr_server.messages import InferResponse
+from asr_server.workers import FORWARDED_HEADER
 
 log = logging.getLogger(__name__)
 # Answers a ModelStreamInfer stream may hold that its client has not taken yet (requests in flight included);
@@ -52,6 +53,11 @@ def unary(method):
             await context.abort(GRPC_STATUS[error.code], error.message)
 
     return wrapper
+
+
+def _forwarded(context) -> bool:
+    """A control request another worker passed on (asr_server/workers.py): it goes no further."""
+    return any(key == FORWARDED_HEADER for key, _ in (context.invocation_metadata() or ()))
 
 
 class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -227,12 +233,13 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(self, request, context):
         override = converters.config_override_json(request.parameters)
         files = converters.load_files(request.parameters)
-        await self.core.load_model(request.model_name, override, files)
+        await self.core.load_model(request.model_name, override, files, forward=not _forwarded(context))
         return pb.RepositoryModelLoadResponse()
 
     @unary
     async def RepositoryModelUnload(self, request, context):
-        await self.core.unload_model(request.model_name, converters.unload_dependents(request.parameters))
+        await self.core.unload_model(request.model_name, converters.unload_dependents(request.parameters),
+                                     forward=not _forwarded(context))
         return pb.RepositoryModelUnloadResponse()
 
     # ---- shared memory --------------------------------------------------------------------------

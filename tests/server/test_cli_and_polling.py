@@ -151,4 +151,4 @@ async def test_the_port_probe_takes_ipv6_as_grpc_writes_it(tmp_path: Path):
     copy_model(tmp_path, BUNDLED_REPO / "add_sub")
     server = Server(local_settings(tmp_path, grpc_address="[::1]", grpc_port=0, allow_http=False,
                                    allow_metrics=False))
-    server._check_ports_free()  # "[::1]" with brackets: no gaierror, no refusal
+    server.check_ports_free(server.settings)  # "[::1]" with brackets: no gaierror, no refusal

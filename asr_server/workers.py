@@ -1,0 +1,263 @@
+"""`asr-server --workers N`: N server processes on the same gRPC and HTTP ports, so that one machine's cores
+are used beyond one interpreter lock (as gunicorn and uvicorn run workers).
+
+- The ports are shared with SO_REUSEPORT: the kernel hands each new connection to one worker, so a stream (one
+  gRPC call on one connection) stays on the worker that holds its state. Each worker loads its own model
+  instances.
+- The supervisor (this process) starts the workers, restarts one that dies (its streams end with the
+  connection's error: clients see UNAVAILABLE, never a silent restart), serves the metrics port with every
+  worker's metrics labelled `worker="i"`, and on SIGTERM/SIGINT stops them all (each drains as one server does).
+- Each worker also listens on a private 127.0.0.1 gRPC port and writes it, with its private metrics port, to a
+  registry folder. A model load or unload a client sends reaches one worker; that worker forwards it to its
+  siblings' private ports (marked as forwarded, so that it goes no further), so every worker serves the same
+  models. A restarted worker first loads what a sibling has ready.
+
+When it helps: the Python around each request (conversion, scheduling, the python models' code) runs under
+one interpreter lock per process; workers multiply it. `instance_count` adds model instances inside one
+process (threads: good for work that releases the lock, such as ONNX Runtime), and the python backend's
+`instance_process` puts one model's instances in processes of their own (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import multiprocessing as mp
+import os
+import re
+import signal
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from asr_server.errors import ErrorCode, ServerError
+
+log = logging.getLogger(__name__)
+
+FORWARDED_HEADER = "asr-worker-forwarded"  # a control request one worker passes to its siblings
+RESTART_DELAY_S = 1.0  # a worker that dies again at once is not restarted in a tight loop
+READY_TIMEOUT_S = 600.0  # a worker loads its models before it reports ready
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?( .*)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRole:
+    """What makes a server one worker of several (ServerSettings.worker)."""
+
+    index: int
+    registry: Path  # the folder where every worker writes worker-<index>.json
+
+
+def write_entry(role: WorkerRole, grpc_port: int, metrics_port: Optional[int]) -> None:
+    entry = {"index": role.index, "pid": os.getpid(), "grpc": grpc_port, "metrics": metrics_port}
+    tmp = role.registry / f".worker-{role.index}.json.tmp"
+    tmp.write_text(json.dumps(entry))
+    tmp.replace(role.registry / f"worker-{role.index}.json")  # atomic: readers never see half a file
+
+
+def read_entries(registry: Path) -> list[dict]:
+    entries = []
+    for path in sorted(registry.glob("worker-*.json")):
+        try:
+            entries.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # being replaced by a restarted worker
+    return entries
+
+
+class SiblingControl:
+    """Passes a model load or unload to every other worker (InferenceCore.peers)."""
+
+    def __init__(self, role: WorkerRole) -> None:
+        self.role = role
+
+    def _siblings(self) -> list[dict]:
+        return [e for e in read_entries(self.role.registry) if e["index"] != self.role.index]
+
+    async def _each(self, call) -> None:
+        import tritonclient.grpc.aio as aioclient
+
+        failed = []
+        for entry in self._siblings():
+            async with aioclient.InferenceServerClient(f"127.0.0.1:{entry['grpc']}") as client:
+                try:
+                    await call(client, {FORWARDED_HEADER: "1"})
+                except Exception as exc:  # noqa: BLE001 - reported with the worker it failed on
+                    failed.append(f"worker {entry['index']}: {exc}")
+        if failed:
+            raise ServerError("the model control request did not reach every worker: " + "; ".join(failed),
+                              ErrorCode.INTERNAL)
+
+    async def load(self, name: str, config: Optional[str], files: Optional[dict[str, bytes]]) -> None:
+        await self._each(lambda c, h: c.load_model(name, headers=h, config=config,
+                                                   files={f"file:{k}": v for k, v in (files or {}).items()} or None))
+
+    async def unload(self, name: str, unload_dependents: bool) -> None:
+        await self._each(lambda c, h: c.unload_model(name, headers=h, unload_dependents=unload_dependents))
+
+    async def ready_models(self) -> list[str]:
+        """What a sibling serves (for a restarted worker to catch up), or [] when none answers."""
+        import tritonclient.grpc.aio as aioclient
+
+        for entry in self._siblings():
+            try:
+                async with aioclient.InferenceServerClient(f"127.0.0.1:{entry['grpc']}") as client:
+                    index = await client.get_model_repository_index(as_json=True)
+                return [m["name"] for m in index.get("models", []) if m.get("state") == "READY"]
+            except Exception:  # noqa: BLE001 - try the next sibling
+                continue
+        return []
+
+
+# ---- the supervisor ---------------------------------------------------------------------------------------
+def resolve_ports(settings):
+    """Port 0 means "any free port": pick one now, so that every worker binds the same one."""
+    changes = {}
+    for field, address in (("grpc_port", settings.grpc_address), ("http_port", settings.http_address),
+                           ("metrics_port", settings.metrics_address)):
+        if getattr(settings, field) == 0:
+            with socket.socket(socket.AF_INET6 if ":" in address.strip("[]") else socket.AF_INET) as probe:
+                probe.bind((address.strip("[]"), 0))
+                changes[field] = probe.getsockname()[1]
+    return dataclasses.replace(settings, **changes)
+
+
+def _worker_main(settings, index: int, registry: str) -> None:
+    """A worker process: one server, its metrics on a private port (the supervisor serves the public one)."""
+    from asr_server.cli import configure_logging
+    from asr_server.server import Server
+
+    configure_logging(settings.log_verbose, prefix=f"worker {index} ")
+    role = WorkerRole(index, Path(registry))
+    worker_settings = dataclasses.replace(settings, workers=1, worker=role, metrics_address="127.0.0.1",
+                                          metrics_port=0)
+    try:
+        asyncio.run(Server(worker_settings).serve_forever())
+    except KeyboardInterrupt:
+        pass
+
+
+def relabel(text: str, index: int) -> list[str]:
+    """Prometheus text lines with worker="<index>" added to every sample."""
+    out = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if line.startswith("#") or not match:
+            out.append(line)
+            continue
+        name, labels, rest = match.groups()
+        inner = labels[1:-1] if labels else ""
+        out.append(f'{name}{{worker="{index}"{"," + inner if inner else ""}}}{rest}')
+    return out
+
+
+class Supervisor:
+    def __init__(self, settings) -> None:
+        self.settings = resolve_ports(settings)
+        self.count = settings.workers
+        self.registry = Path(tempfile.mkdtemp(prefix="asr-workers-"))
+        self.context = mp.get_context("spawn")
+        self.processes: dict[int, mp.Process] = {}
+        self.stopping = False
+
+    def _spawn(self, index: int) -> None:
+        (self.registry / f"worker-{index}.json").unlink(missing_ok=True)
+        process = self.context.Process(target=_worker_main, args=(self.settings, index, str(self.registry)),
+                                       name=f"asr-worker-{index}")
+        process.start()
+        self.processes[index] = process
+        log.info("worker %d started (pid %d)", index, process.pid)
+
+    async def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while len(read_entries(self.registry)) < self.count:
+            dead = [i for i, p in self.processes.items() if not p.is_alive()]
+            if dead:
+                raise ServerError(f"worker {dead[0]} exited with code {self.processes[dead[0]].exitcode} before "
+                                  "it was ready (its log lines above say why)")
+            if time.monotonic() > deadline:
+                raise ServerError(f"the workers were not ready after {READY_TIMEOUT_S:g} s")
+            await asyncio.sleep(0.2)  # other processes: nothing to wait on but their registry files
+
+    async def _metrics(self, request):
+        import aiohttp
+        from aiohttp import web
+
+        lines, seen = [], set()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            for entry in read_entries(self.registry):
+                try:
+                    async with session.get(f"http://127.0.0.1:{entry['metrics']}/metrics") as response:
+                        text = await response.text()
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    continue  # a worker being restarted: its metrics come back with it
+                for line in relabel(text, entry["index"]):
+                    if line.startswith("#"):  # HELP and TYPE once per metric
+                        if line in seen:
+                            continue
+                        seen.add(line)
+                    lines.append(line)
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _serve_metrics(self):
+        from aiohttp import web
+
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.settings.metrics_address, self.settings.metrics_port).start()
+        log.info("Started Metrics Service at %s:%d (every worker's, labelled worker=\"i\")",
+                 self.settings.metrics_address, self.settings.metrics_port)
+        return runner
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        runner = None
+        try:
+            for index in range(self.count):
+                self._spawn(index)
+            await self._wait_ready()
+            if self.settings.allow_metrics:
+                runner = await self._serve_metrics()
+            log.info("%d workers serving gRPC at %s:%d and HTTP at %s:%d (registry %s)", self.count,
+                     self.settings.grpc_address, self.settings.grpc_port, self.settings.http_address,
+                     self.settings.http_port, self.registry)
+            while not stop.is_set():
+                for index, process in list(self.processes.items()):
+                    if not process.is_alive():
+                        log.error("worker %d (pid %d) exited with code %s: its streams are cut; restarting it",
+                                  index, process.pid, process.exitcode)
+                        await asyncio.sleep(RESTART_DELAY_S)
+                        self._spawn(index)
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.5)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            log.info("shutting down %d workers", len(self.processes))
+            if runner is not None:
+                await runner.cleanup()
+            await asyncio.to_thread(self._stop_all)
+
+    def _stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.is_alive():
+                process.terminate()  # SIGTERM: each worker drains as a single server does
+        deadline = time.monotonic() + self.settings.exit_timeout_secs + 10
+        for process in self.processes.values():
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                log.error("worker pid %d did not stop in time: killed", process.pid)
+                process.kill()
+                process.join()
+        for path in self.registry.glob("*"):
+            path.unlink(missing_ok=True)
+        self.registry.rmdir()

@@ -1,0 +1,198 @@
+"""`asr-server --workers N` (asr_server/workers.py): worker processes on shared ports, model control reaching
+every worker, metrics labelled by worker, a dead worker restarted with its streams cut loudly, a clean SIGTERM.
+
+Each test runs the real command line in a subprocess on free 127.0.0.1 ports, with two workers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as aioclient
+from tritonclient.utils import InferenceServerException
+
+from tests.conftest import BUNDLED_REPO, ROOT, copy_model
+from tests.faults.conftest import ADD_SUB_SUM, add_sub
+from tests.helpers.sequence_models import accumulator
+
+WORKERS = 2
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+class Workers:
+    def __init__(self, repo: Path, tmp_path: Path, *load: str) -> None:
+        self.grpc, self.http, self.metrics = free_ports(3)
+        self.log_path = tmp_path / "server.log"
+        loads = [a for name in load for a in ("--load-model", name)]
+        self._log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "asr_server", "--model-repository", str(repo), "--workers", str(WORKERS),
+             "--grpc-address", "127.0.0.1", "--http-address", "127.0.0.1", "--metrics-address", "127.0.0.1",
+             "--grpc-port", str(self.grpc), "--http-port", str(self.http), "--metrics-port", str(self.metrics),
+             "--model-control-mode", "explicit", *loads, "--exit-timeout-secs", "2"],
+            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+        self.url = f"127.0.0.1:{self.grpc}"
+        self.registry = self._wait_for(r"workers serving .* \(registry (\S+)\)", 120)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def _wait_for(self, pattern: str, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = re.search(pattern, self.log())
+            if found:
+                return found.group(1)
+            assert self.process.poll() is None, self.log()
+            time.sleep(0.2)  # another process: nothing to wait on but its log
+        raise AssertionError(f"no {pattern!r} in the log after {timeout_s} s:\n{self.log()}")
+
+    def entries(self) -> list[dict]:
+        return [json.loads(p.read_text()) for p in sorted(Path(self.registry).glob("worker-*.json"))]
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics", timeout=10) as response:
+            return response.read().decode()
+
+    def stop(self) -> float:
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+        return time.monotonic() - started
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    folder = tmp_path / "repo"
+    copy_model(folder, BUNDLED_REPO / "add_sub")
+    copy_model(folder, BUNDLED_REPO / "identity_fp32")
+    accumulator(folder)
+    return folder
+
+
+async def on_each_worker(workers: Workers, call):
+    """`call(client)` on every worker through its private port."""
+    results = []
+    for entry in workers.entries():
+        async with aioclient.InferenceServerClient(f"127.0.0.1:{entry['grpc']}") as client:
+            results.append(await call(client))
+    return results
+
+
+async def test_every_worker_serves_and_model_control_reaches_them_all(repo, tmp_path):
+    workers = Workers(repo, tmp_path, "add_sub")
+    try:
+        assert len(workers.entries()) == WORKERS and len({e["pid"] for e in workers.entries()}) == WORKERS
+        sent = 0
+        for _ in range(12):  # new connections: the kernel spreads them over the workers
+            async with aioclient.InferenceServerClient(workers.url) as client:
+                assert await add_sub(client) == ADD_SUB_SUM
+                sent += 1
+        async with aioclient.InferenceServerClient(workers.url) as client:
+            await client.load_model("identity_fp32")
+        assert await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32")) == [True] * WORKERS
+        async with aioclient.InferenceServerClient(workers.url) as client:
+            await client.unload_model("identity_fp32")
+        assert await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32")) == [False] * WORKERS
+        # one Prometheus view: each worker's samples labelled with it, the counts adding up to what was sent
+        counts = re.findall(r'nv_inference_request_success\{worker="(\d)",model="add_sub",version="1"\} (\d+)',
+                            workers.metrics_text())
+        assert {w for w, _ in counts} <= {str(i) for i in range(WORKERS)} and counts
+        assert sum(int(n) for _, n in counts) == sent
+    finally:
+        took = workers.stop()
+    assert workers.process.returncode == 0 and took < 15
+    for entry in workers.entries() or []:
+        assert not Path(f"/proc/{entry['pid']}").exists()
+    assert not Path(workers.registry).exists()  # removed with the workers
+
+
+async def test_a_stream_stays_on_its_worker_for_hundreds_of_chunks(repo, tmp_path):
+    workers = Workers(repo, tmp_path, "accumulator")
+    try:
+        async with aioclient.InferenceServerClient(workers.url) as client:
+            async def requests():
+                for i in range(300):
+                    value = aioclient.InferInput("INPUT", [1, 1], "FP32")
+                    value.set_data_from_numpy(np.ones((1, 1), np.float32))
+                    yield dict(model_name="accumulator", inputs=[value], sequence_id=77, sequence_start=i == 0,
+                               sequence_end=i == 299)
+
+            totals = []
+            async for result, error in client.stream_infer(requests()):
+                assert error is None, error
+                totals.append(float(result.as_numpy("OUTPUT").reshape(-1)[0]))
+                if len(totals) == 300:
+                    break
+        assert totals == [float(i + 1) for i in range(300)]  # one worker held the state all along
+    finally:
+        workers.stop()
+
+
+async def test_a_killed_worker_is_restarted_and_its_stream_ends_with_an_error(repo, tmp_path):
+    workers = Workers(repo, tmp_path, "accumulator", "add_sub")
+    try:
+        async with aioclient.InferenceServerClient(workers.url) as client:
+            await client.load_model("identity_fp32")  # loaded after start: the restarted worker must catch up
+            queue: asyncio.Queue = asyncio.Queue()
+
+            async def requests():
+                for i in range(1000):
+                    value = aioclient.InferInput("INPUT", [1, 1], "FP32")
+                    value.set_data_from_numpy(np.ones((1, 1), np.float32))
+                    yield dict(model_name="accumulator", inputs=[value], sequence_id=88, sequence_start=i == 0)
+                    await queue.get()
+
+            responses = client.stream_infer(requests())
+            result, error = await responses.__anext__()
+            assert error is None
+            # the worker holding this connection: the one whose accumulator counted a sequence
+            holders = await on_each_worker(workers, lambda c: c.get_inference_statistics("accumulator"))
+            counted = [int(s.model_stats[0].inference_stats.success.count) for s in holders]
+            victim = workers.entries()[counted.index(1)]
+            os.kill(victim["pid"], signal.SIGKILL)
+            queue.put_nowait(None)
+            # the stream is cut loudly (UNAVAILABLE: the connection was reset), not restarted silently
+            with pytest.raises((InferenceServerException, grpc.aio.AioRpcError)) as cut:
+                while True:
+                    result, error = await asyncio.wait_for(responses.__anext__(), 30)
+                    if error is not None:
+                        raise error
+                    queue.put_nowait(None)
+            assert "UNAVAILABLE" in str(cut.value) or "unavailable" in str(cut.value).lower()
+        workers._wait_for(rf"(worker {victim['index']}) \(pid {victim['pid']}\) exited", 30)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+                e["index"] == victim["index"] and e["pid"] != victim["pid"] for e in workers.entries()):
+            await asyncio.sleep(0.2)  # the new worker loads its models, then registers
+        assert {e["index"] for e in workers.entries()} == set(range(WORKERS))
+        assert await on_each_worker(workers, add_sub) == [ADD_SUB_SUM] * WORKERS
+        assert await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32")) == [True] * WORKERS
+    finally:
+        workers.stop()
