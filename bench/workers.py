@@ -1,0 +1,168 @@
+"""Paced streams held at chunk p99 < 300 ms by `asr-server --workers 1` and `--workers N`, serving layer only.
+
+    python -m bench.workers [--workers 1,2] [--seconds 10] [--clients 2] [--connections 8]
+
+The server runs the bundled streaming_wenet config with bench/stream_overhead.py's fixed-answer model.py (the
+serving layer's cost without the recogniser), as `python -m asr_server --workers N` in a subprocess. The load:
+--clients generator processes, each spreading its streams over --connections gRPC connections (the kernel gives
+each connection to one worker; one connection would put every stream on one worker), 640 ms chunks paced at
+real time. The stream count doubles until the chunk p99 passes 300 ms or a stream fails, then one bisection
+step; the largest count that held is printed per setting, and their ratio. The generators share the machine
+with the server: on 2 cores they take CPU from it, and say so by their own CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+CHUNK_MS = 640.0
+P99_LIMIT_MS = 300.0
+
+
+def generator(url: str, data: str, streams: int, connections: int, seconds: float, offset: float, out) -> None:
+    """One load process: `streams` paced streams over `connections` connections; puts its chunk latencies."""
+    from asr_client.streaming import StreamingClient, StreamOptions
+    from bench.vs_sherpa import load_data
+
+    items = load_data(Path(data))
+
+    async def main():
+        clients = [StreamingClient(url, StreamOptions(chunk_ms=CHUNK_MS, realtime=True))
+                   for _ in range(max(1, min(connections, streams)))]
+        for c in clients:
+            await c.__aenter__()
+
+        async def one(i):
+            await asyncio.sleep((i / max(1, streams) + offset) * CHUNK_MS / 1000)
+            latencies, audio, k = [], 0.0, i
+            while audio < seconds:
+                samples = items[k % len(items)][1]
+                result = await clients[i % len(clients)].transcribe(samples)
+                latencies += list(result.chunk_latencies_s)
+                audio += samples.size / 16000
+                k += 1
+            return latencies
+
+        try:
+            results = await asyncio.gather(*(one(i) for i in range(streams)), return_exceptions=True)
+        finally:
+            for c in clients:
+                await c.__aexit__(None, None, None)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        return [x for r in results if not isinstance(r, BaseException) for x in r], len(errors)
+
+    started = time.process_time()
+    latencies, errors = asyncio.run(main())
+    out.put((latencies, errors, time.process_time() - started))
+
+
+def load(url: str, args, streams: int) -> tuple[float, int, float]:
+    """(chunk p99 ms, failed streams, generators' CPU-s) of `streams` paced streams."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    shares = [streams // args.clients + (i < streams % args.clients) for i in range(args.clients)]
+    procs = [ctx.Process(target=generator, args=(url, str(args.data), n, args.connections, args.seconds,
+                                                 i / args.clients / max(1, n), out))
+             for i, n in enumerate(shares) if n]
+    for p in procs:
+        p.start()
+    latencies, errors, cpu = [], 0, 0.0
+    for _ in procs:
+        lat, err, c = out.get(timeout=args.seconds * 10 + 120)
+        latencies += lat
+        errors += err
+        cpu += c
+    for p in procs:
+        p.join()
+    p99 = float(np.percentile(latencies, 99) * 1000) if latencies else float("inf")
+    return p99, errors, cpu
+
+
+def held(p99: float, errors: int) -> bool:
+    return errors == 0 and p99 < P99_LIMIT_MS
+
+
+def largest_held(url: str, args) -> tuple[int, list[str]]:
+    lines, best, failed_at = [], 0, None
+    count = args.start
+    while count <= args.max_streams:
+        p99, errors, cpu = load(url, args, count)
+        lines.append(f"    {count:5d} streams: chunk p99 {p99:7.0f} ms, failed streams {errors}, generators' CPU "
+                     f"{cpu:.1f} s")
+        if not held(p99, errors):
+            failed_at = count
+            break
+        best = count
+        count *= 2
+    if best and failed_at:  # one bisection step between the last held and the first failed count
+        middle = (best + failed_at) // 2
+        p99, errors, cpu = load(url, args, middle)
+        lines.append(f"    {middle:5d} streams: chunk p99 {p99:7.0f} ms, failed streams {errors}, generators' "
+                     f"CPU {cpu:.1f} s")
+        if held(p99, errors):
+            best = middle
+    return best, lines
+
+
+def start_server(repo: Path, workers: int) -> tuple[subprocess.Popen, str]:
+    from bench.soak import free_ports, wait_ready
+
+    grpc_port, http_port, metrics_port = free_ports(3)
+    log = open(Path(tempfile.gettempdir()) / f"bench_workers_{workers}.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "asr_server", "--model-repository", str(repo), "--workers", str(workers),
+         "--grpc-address", "127.0.0.1", "--grpc-port", str(grpc_port), "--http-address", "127.0.0.1",
+         "--http-port", str(http_port), "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port)],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    url = f"127.0.0.1:{grpc_port}"
+    asyncio.run(wait_ready(url, process, 120))
+    time.sleep(2.0)  # every worker up (the supervisor opens the metrics port after the last one)
+    return process, url
+
+
+def main() -> int:
+    from bench.stream_overhead import no_op_repository
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workers", default="1,2", help="settings compared, in one run")
+    p.add_argument("--data", type=Path, default=ROOT / "tests" / "data" / "demo_utts")
+    p.add_argument("--seconds", type=float, default=10.0, help="audio per stream at each count")
+    p.add_argument("--clients", type=int, default=2, help="load generator processes")
+    p.add_argument("--connections", type=int, default=8, help="gRPC connections per generator")
+    p.add_argument("--start", type=int, default=32)
+    p.add_argument("--max-streams", type=int, default=2048)
+    args = p.parse_args()
+    settings = [int(w) for w in args.workers.split(",")]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = no_op_repository(Path(tmp))
+        for workers in settings:
+            process, url = start_server(repo, workers)
+            try:
+                results[workers], lines = largest_held(url, args)
+            finally:
+                process.send_signal(signal.SIGTERM)
+                process.wait(60)
+            print(f"--workers {workers}: {results[workers]} paced streams held (chunk p99 < {P99_LIMIT_MS:.0f} ms)")
+            print("\n".join(lines))
+    base = results[settings[0]]
+    for workers in settings[1:]:
+        ratio = results[workers] / base if base else float("nan")
+        print(f"--workers {workers} / --workers {settings[0]}: {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
