@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,21 +22,12 @@ import pytest
 import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
+from bench.soak import free_ports
 from tests.conftest import BUNDLED_REPO, ROOT, copy_model
 from tests.faults.conftest import ADD_SUB_SUM, add_sub
 from tests.helpers.sequence_models import accumulator
 
 WORKERS = 2
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 class Workers:
