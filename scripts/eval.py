@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import jiwer
 import numpy as np
 import soundfile as sf
 import torch
@@ -35,18 +36,13 @@ from asr_server.asr.features.fbank import fbank
 from asr_client.inputs import collect_utterances
 
 
-def edit_distance(ref: list[str], hyp: list[str]) -> int:
-    d = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, d[0] = d[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
-    return d[-1]
-
-
 def wer(refs: list[str], hyps: list[str]) -> float:
-    errors = sum(edit_distance(r.split(), h.split()) for r, h in zip(refs, hyps))
-    return 100.0 * errors / max(1, sum(len(r.split()) for r in refs))
+    """Word error rate in percent: jiwer's (substitutions + deletions + insertions) / reference words, over the
+    pairs whose reference has words."""
+    pairs = [(r, h) for r, h in zip(refs, hyps) if r.split()]
+    if not pairs:
+        return 0.0
+    return 100.0 * jiwer.wer([r for r, _ in pairs], [h for _, h in pairs])
 
 
 def read_split(d: Path, limit: int | None) -> list[tuple[str, str, str]]:
