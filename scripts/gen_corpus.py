@@ -77,7 +77,7 @@ def build_text(root: Path) -> None:
 
 def load_pools(root: Path, seed: int, n_template_test: int) -> tuple[textgen.Pools, textgen.Pools, list[str]]:
     """(training pools, held-out pools, the test_template sentences that training must not use)."""
-    from make_corpus import sentence as template
+    from asr_data.templates import sentence as template
 
     d = root / "text"
     lines = lambda name: [Line.from_tsv(r) for r in (d / name).read_text(encoding="utf-8").splitlines()]  # noqa: E731

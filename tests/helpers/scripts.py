@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from types import ModuleType
 
 from tests.conftest import ROOT
@@ -12,5 +13,6 @@ def load_script(name: str) -> ModuleType:
     """scripts/<name>.py imported under its own name (a fresh module each call)."""
     spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look their module up by name
     spec.loader.exec_module(module)
     return module

@@ -15,7 +15,6 @@ import soundfile as sf
 
 from asr_data import augment
 from asr_data.manifest import Manifest, export_kaldi, read_rows, summary
-from tests.conftest import ROOT
 from tests.helpers.scripts import load_script
 
 
@@ -85,7 +84,6 @@ def frozen_text(root: Path) -> None:
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed "
                     "(bash scripts/get_tts_voices.sh installs it)")
 def test_a_resumed_run_makes_the_same_corpus_as_an_uninterrupted_one(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # gen_corpus imports make_corpus, as run from scripts/
     gen = load_script("gen_corpus")
     monkeypatch.setattr(gen.signal, "signal", lambda *a: None)  # leave pytest's handlers alone
     monkeypatch.setattr(gen.voices, "_kokoro_names", lambda: [])
@@ -124,7 +122,6 @@ def test_a_resumed_run_makes_the_same_corpus_as_an_uninterrupted_one(tmp_path, m
 
 
 def test_freeze_takes_the_first_train_indices_and_lists_the_game_lines_twice(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     gen = load_script("gen_corpus")
     export_kaldi([row(f"train_{i:06d}", dur=2.0) for i in (3, 0, 2, 1)], tmp_path)
     export_kaldi([row("fotaq_train_020001p2", split="fotaq_train", dur=1.0)], tmp_path / "fotaq")
@@ -143,7 +140,6 @@ def test_freeze_takes_the_first_train_indices_and_lists_the_game_lines_twice(tmp
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed "
                     "(bash scripts/get_tts_voices.sh installs it)")
 def test_a_relay_leg_makes_its_own_indices_and_the_fixed_eval_splits(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
     gen = load_script("gen_corpus")
     monkeypatch.setitem(sys.modules, gen.__name__, gen)  # the worker processes' jobs name it
     monkeypatch.setattr(gen.voices, "_kokoro_names", lambda: [])
