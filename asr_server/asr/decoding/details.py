@@ -18,6 +18,7 @@ import numpy as np
 
 from .alignment import align_tokens, word_times
 from ..units import Tokenizer
+from asr_server.truthy import truthy
 
 DETAILS = "DETAILS"  # the optional output's name on every ASR model
 DETAILS_PARAMETER = "details"  # request parameter: true -> words, tokens and n-best in DETAILS
@@ -25,8 +26,7 @@ DETAILS_PARAMETER = "details"  # request parameter: true -> words, tokens and n-
 
 def wants_details(parameters: Mapping[str, Any]) -> bool:
     """The request parameter ``details`` (bool, or a string such as "1"/"true")."""
-    value = parameters.get(DETAILS_PARAMETER, False)
-    return value is True or str(value).lower() in ("1", "true", "yes")
+    return truthy(parameters.get(DETAILS_PARAMETER, False))
 
 
 def _r(x: float) -> float:

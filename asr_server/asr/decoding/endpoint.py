@@ -31,6 +31,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from .numbers import bounded_float
+from asr_server.truthy import truthy
 
 PARAMETER_PREFIX = "endpoint_"
 MAX_RULE_VALUE = 3600.0  # seconds (or dB for rule2_quiet_db): an hour-long rule is already no rule
@@ -67,16 +68,12 @@ class EndpointRules:
         """These rules with the ``endpoint`` / ``endpoint_<field>`` entries of ``parameters`` applied."""
         changes: dict[str, Any] = {}
         if "endpoint" in parameters:
-            changes["enabled"] = _bool(parameters["endpoint"])
+            changes["enabled"] = truthy(parameters["endpoint"])
         for field in ("rule1_silence", "rule2_silence", "rule2_quiet_db", "rule3_length", "rule4_silence"):
             key = PARAMETER_PREFIX + field
             if key in parameters:
                 changes[field] = bounded_float(parameters[key], f"parameter {key}", 0.0, MAX_RULE_VALUE)
         return dataclasses.replace(self, **changes) if changes else self
-
-
-def _bool(value: Any) -> bool:
-    return value is True or str(value).lower() in ("1", "true", "yes")
 
 
 RULE1, RULE2, RULE3, RULE4 = 1, 2, 3, 4

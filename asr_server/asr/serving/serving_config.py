@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from ..decoding.endpoint import EndpointRules
 from ..decoding.hotwords import Hotwords
@@ -17,6 +17,7 @@ from ..features.fbank import FbankConfig, batch_fbank_computer
 from .pipeline import DecodingSettings
 from ..windows import WindowConfig
 from ..units import SymbolTable, Tokenizer
+from asr_server.truthy import truthy
 
 
 def parameters(args: Mapping[str, str]) -> dict[str, str]:
@@ -42,17 +43,13 @@ def hotwords(args: Mapping[str, str], params: Mapping[str, str], tokenizer: Toke
     return Hotwords.from_parameters(params, Path(args["model_repository"]), tokenizer.encode)
 
 
-def _bool(value: Any) -> bool:
-    return str(value).lower() in ("1", "true", "yes")
-
-
 def decoding_settings(params: Mapping[str, str], symbols: SymbolTable) -> DecodingSettings:
     return DecodingSettings(
         beam_size=int(params.get("beam_size", 10)),
         sos=symbols.sos_eos_id,
         eos=symbols.sos_eos_id,
-        bidirectional=_bool(params.get("bidecoder", "1")),
-        rescoring=_bool(params.get("rescoring", "1")),
+        bidirectional=truthy(params.get("bidecoder", "1")),
+        rescoring=truthy(params.get("rescoring", "1")),
         search_method=params.get("search", "prefix_beam"),
         cutoff_prob=float(params.get("cutoff_prob", 1.0)),
         idle_seconds=float(params.get("idle_seconds", 5.0)),

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from asr_server.backends.python import triton_python_backend_utils as pb_utils
+from asr_server.truthy import truthy
 
 PARAMETER = "instance_process"  # config parameter: "1" runs each instance of the model in its own process
 START_TIMEOUT_S = 300.0  # importing a model's dependencies (numba, onnxruntime) and initialize()
@@ -45,7 +46,7 @@ def wants_process(parameters) -> bool:
     """True when a model config's parameters ask for its instances in their own processes."""
     if PARAMETER not in parameters:
         return False
-    return parameters[PARAMETER].string_value.strip().lower() in ("1", "true", "yes")
+    return truthy(parameters[PARAMETER].string_value)
 
 
 def _request_fields(request: pb_utils.InferenceRequest) -> dict:
