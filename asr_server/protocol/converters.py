@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
+from tritonclient.utils import serialize_byte_tensor
 
 from asr_server.core import ModelMetadata
 from asr_server.dtypes import ELEMENT_SIZE, numpy_dtype
@@ -111,15 +112,10 @@ def deserialize_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
 
 
 def serialize_bytes(array: np.ndarray) -> bytes:
-    parts = []
-    for item in array.reshape(-1):
-        if isinstance(item, str):
-            item = item.encode("utf-8")
-        elif not isinstance(item, (bytes, bytearray)):
-            item = str(item).encode("utf-8")
-        parts.append(struct.pack("<I", len(item)))
-        parts.append(bytes(item))
-    return b"".join(parts)
+    """A BYTES tensor as Triton sends it (each element: 4-byte little-endian length, then its bytes; str as
+    UTF-8, other objects as their str), by tritonclient's own encoder."""
+    encoded = serialize_byte_tensor(array)
+    return b"" if encoded is None or encoded.size == 0 else encoded.item()
 
 
 def tensor_bytes(tensor: Tensor) -> bytes:
