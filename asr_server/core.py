@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import numbers
 from typing import AsyncIterator, Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -264,30 +263,13 @@ def _healthy(loaded: LoadedVersion) -> bool:
     return loaded.scheduler.healthy
 
 
-UINT64_MAX = 2**64 - 1  # Triton's correlation ids are uint64 or strings
-
-
-def validate_sequence_id(model: str, request: InferRequest, prefix: str = "") -> None:
-    """A correlation id is an unsigned 64-bit integer or a string; a float or a bool (which a JSON or
-    protobuf parameter can carry) would reach the model's CORRID control or its state dict unchecked."""
-    sequence_id = request.sequence.id
-    if isinstance(sequence_id, str):
-        return
-    if isinstance(sequence_id, bool) or not isinstance(sequence_id, numbers.Integral):
-        raise invalid_argument(
-            f"{prefix}sequence_id for model '{model}' must be an unsigned integer or a string, "
-            f"got {type(sequence_id).__name__} {sequence_id!r}")
-    if not 0 <= int(sequence_id) <= UINT64_MAX:
-        raise invalid_argument(
-            f"{prefix}sequence_id {int(sequence_id)} for model '{model}' is out of range: it must be between "
-            f"0 and {UINT64_MAX}")
-
-
 def validate_request(config: mc.ModelConfig, request: InferRequest) -> None:
     """Check a request against its model's config, with Triton's words."""
     model = config.name
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
-    validate_sequence_id(model, request, prefix)
+    problem = request.sequence.id_problem(model)
+    if problem:
+        raise invalid_argument(prefix + problem)
     declared = {t.name: t for t in config.input}
     given = [t.name for t in request.inputs]
     if len(set(given)) != len(given):

@@ -7,6 +7,7 @@ and back. Tensors hold numpy arrays; BYTES tensors hold `np.object_` arrays of `
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -16,6 +17,7 @@ SequenceId = Union[int, str]
 # Triton's request flags (tritonserver.h), also seen by python models through request.flags().
 FLAG_SEQUENCE_START = 1
 FLAG_SEQUENCE_END = 2
+UINT64_MAX = 2**64 - 1  # Triton's correlation ids are uint64 or strings
 
 
 @dataclasses.dataclass
@@ -47,6 +49,20 @@ class SequenceControl:
     @property
     def flags(self) -> int:
         return (FLAG_SEQUENCE_START if self.start else 0) | (FLAG_SEQUENCE_END if self.end else 0)
+
+    def id_problem(self, model: str) -> Optional[str]:
+        """Why this correlation id is refused, or None. It is an unsigned 64-bit integer or a string; a float
+        or a bool (which a JSON or protobuf parameter can carry) would reach the model's CORRID control or its
+        state dict unchecked."""
+        if isinstance(self.id, str):
+            return None
+        if isinstance(self.id, bool) or not isinstance(self.id, numbers.Integral):
+            return (f"sequence_id for model '{model}' must be an unsigned integer or a string, "
+                    f"got {type(self.id).__name__} {self.id!r}")
+        if not 0 <= int(self.id) <= UINT64_MAX:
+            return (f"sequence_id {int(self.id)} for model '{model}' is out of range: it must be between 0 and "
+                    f"{UINT64_MAX}")
+        return None
 
 
 @dataclasses.dataclass(frozen=True)

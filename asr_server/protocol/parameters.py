@@ -14,10 +14,9 @@ import json
 from typing import Any, Mapping, NamedTuple, Optional
 
 from asr_server.errors import invalid_argument
-from asr_server.messages import SequenceControl
+from asr_server.messages import UINT64_MAX, SequenceControl
 
 INT64_MAX = (1 << 63) - 1
-UINT64_MAX = (1 << 64) - 1
 
 
 class Typed(NamedTuple):

@@ -172,11 +172,9 @@ class PythonBackend(Backend):
         """Requests that cannot become a pb_utils request (e.g. a float correlation id): {index: error}."""
         refused = {}
         for i, request in enumerate(requests):
-            sequence_id = request.sequence.id
-            if isinstance(sequence_id, bool) or not isinstance(sequence_id, (int, str)):
-                refused[i] = invalid_argument(
-                    f"sequence_id of a request to model '{self.context.name}' must be an unsigned integer or a "
-                    f"string, got {type(sequence_id).__name__}")
+            problem = request.sequence.id_problem(self.context.name)
+            if problem:
+                refused[i] = invalid_argument(problem)
         return refused
 
     def _execute_error(self, exc: BaseException) -> ServerError:
