@@ -28,6 +28,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.asr.windows import WindowConfig
+from asr_server.asr.graph_names import STREAMING_STATES
 
 # The python models' sources: model_repo/<name>/1/model.py of this project, copied into every built repository.
 PYTHON_MODEL_SOURCES = Path(__file__).resolve().parents[2] / "model_repo"
@@ -55,7 +56,7 @@ OFFLINE_PREFERRED_BATCH = (8, 16)
 CONTROLS = (("START", mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START),
             ("READY", mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_READY),
             ("END", mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_END))
-STATE_NAMES = ("offset", "att_cache", "cnn_cache", "cache_mask")
+STATE_NAMES = tuple(STREAMING_STATES)
 
 
 @dataclasses.dataclass(frozen=True)

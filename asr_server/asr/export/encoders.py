@@ -14,10 +14,12 @@ from .graphs import OfflineEncoderGraph, StreamingEncoderGraph
 from .onnx_io import check_io, dynamic_dims, export_module, float_dtype, half_model, set_output_dims
 from .options import FP16_ATOL, ExportMismatch, ExportOptions, cache_frames, verify_options
 from .parity import Diff, ParityReport, session, to_numpy
+from ..graph_names import (OFFLINE_ENCODER_INPUTS, OFFLINE_ENCODER_OUTPUTS, STREAMING_ENCODER_INPUTS,
+                           STREAMING_ENCODER_OUTPUTS, STREAMING_STATES)
 
 
-ENCODER_INPUTS = ("speech", "speech_lengths")
-ENCODER_OUTPUTS = ("encoder_out", "encoder_out_lens", "ctc_log_probs", "beam_log_probs", "beam_log_probs_idx")
+ENCODER_INPUTS = OFFLINE_ENCODER_INPUTS
+ENCODER_OUTPUTS = OFFLINE_ENCODER_OUTPUTS
 
 
 def export_encoder(model: U2Model, path: Path, opts: ExportOptions = ExportOptions(), fp16: bool = False,
@@ -67,9 +69,8 @@ def _check_encoder(model: U2Model, path: Path, opts: ExportOptions, fp16: bool) 
     return diff.report(path.name, FP16_ATOL if fp16 else opts.atol, "vs fp32 torch" if fp16 else "")
 
 
-STREAMING_INPUTS = ("chunk_xs", "chunk_lens", "offset", "att_cache", "cnn_cache", "cache_mask")
-STREAMING_OUTPUTS = ("log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens", "r_offset", "r_att_cache",
-                     "r_cnn_cache", "r_cache_mask")
+STREAMING_INPUTS = STREAMING_ENCODER_INPUTS
+STREAMING_OUTPUTS = (*STREAMING_ENCODER_OUTPUTS, *STREAMING_STATES.values())
 
 
 def require_streamable(model: U2Model) -> None:
@@ -160,7 +161,7 @@ def _check_streaming(model: U2Model, path: Path, opts: ExportOptions, fp16: bool
                                                 st["cnn_cache"], st["cache_mask"])))
             full_lp = model.forward_chunk(chunk_xs, chunk_lens.long(), st["offset"], st["att_cache"],
                                           st["cnn_cache"], st["cache_mask"])[0]
-        for name in ("chunk_out", "chunk_out_lens", "r_offset", "r_att_cache", "r_cnn_cache", "r_cache_mask"):
+        for name in ("chunk_out", "chunk_out_lens", *STREAMING_STATES.values()):
             diff.add(name, outs[name], r[name])
         diff.add_topk("log_probs", outs["log_probs"], outs["log_probs_idx"], full_lp, r["log_probs"])
         for name in ("log_probs_idx", "chunk_out_lens", "r_offset"):
@@ -173,7 +174,7 @@ def _check_streaming(model: U2Model, path: Path, opts: ExportOptions, fp16: bool
                 continue
             with torch.no_grad():
                 lp, out, out_lens, *new = model.forward_chunk(xs[i], torch.tensor([lens[i]]), **solo_state[i])
-            solo_state[i] = dict(zip(("offset", "att_cache", "cnn_cache", "cache_mask"), new))
+            solo_state[i] = dict(zip(STREAMING_STATES, new))
             n = int(out_lens)
             diff.add("solo_chunk_out", outs["chunk_out"][i:i + 1, :n], out[:, :n])
             diff.add("solo_log_probs", outs["log_probs"][i:i + 1, :n], torch.topk(lp, opts.beam, 2)[0][:, :n])

@@ -14,6 +14,7 @@ from .graphs import SherpaStreamingGraph
 from .onnx_io import check_io, export_module
 from .options import SHERPA_OPSET, ExportOptions, cache_frames, verify_options
 from .parity import Diff, ParityReport, session, to_numpy
+from ..graph_names import STREAMING_STATES
 
 
 SHERPA_INPUTS = ("x", "offset", "required_cache_size", "attn_cache", "conv_cache", "attn_mask")
@@ -93,7 +94,7 @@ def _check_sherpa(model: U2Model, path: Path, opts: ExportOptions) -> ParityRepo
         offset += lp.shape[1]
         with torch.no_grad():
             ref_lp, _, _, *new = model.forward_chunk(x, torch.tensor([window]), **state)
-        state = dict(zip(("offset", "att_cache", "cnn_cache", "cache_mask"), new))
+        state = dict(zip(STREAMING_STATES, new))
         diff.add("log_probs", lp, ref_lp)
         diff.add("next_att_cache", att, state["att_cache"][0])
         diff.add("next_conv_cache", conv, state["cnn_cache"].transpose(0, 1))

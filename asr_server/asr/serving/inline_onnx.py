@@ -20,11 +20,10 @@ from typing import Callable, Hashable, Optional, Sequence, Union
 import numpy as np
 
 from .streaming_scorer import EncoderJob, EncoderResult
+from ..graph_names import STREAMING_ENCODER_OUTPUTS, STREAMING_STATES
 
-# The streaming encoder's carried state: input name -> the output that holds its next value (WeNet's export).
-STATE_OUTPUTS = {"offset": "r_offset", "att_cache": "r_att_cache", "cnn_cache": "r_cnn_cache",
-                 "cache_mask": "r_cache_mask"}
-ENCODER_OUTPUTS = ("log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens")
+STATE_OUTPUTS = STREAMING_STATES  # the streaming encoder's carried state: input -> output with its next value
+ENCODER_OUTPUTS = STREAMING_ENCODER_OUTPUTS
 # The wenet config's parameters that name graphs run here (paths relative to the model's folder).
 INLINE_PARAMETERS = ("encoder_onnx", "decoder_onnx")
 # Goes with them: instances in processes of their own cannot make BLS calls (backends/python/process_model.py's

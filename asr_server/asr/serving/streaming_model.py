@@ -26,9 +26,10 @@ from . import serving_config
 from .pipeline import StreamingFeatures
 from .streaming_scorer import EncoderJob, EncoderResult, StreamChunk, StreamFailed, StreamingScorer
 from .triton_helpers import cancelled_response, control, error_response, input_array, run_decoder
+from ..graph_names import STREAMING_ENCODER_OUTPUTS
 
 ENCODER = "streaming_encoder"
-ENCODER_OUTPUTS = ["log_probs", "log_probs_idx", "chunk_out", "chunk_out_lens"]
+ENCODER_OUTPUTS = list(STREAMING_ENCODER_OUTPUTS)
 MAX_PARALLEL_BLS = 64  # concurrent encoder requests; the encoder's sequence batcher batches them
 
 
