@@ -26,6 +26,26 @@ def copy_model(repo: Path, source: Path, name: str | None = None) -> Path:
     return target
 
 
+# The slow tier: tests that start subprocesses and peers (real Triton, perf_analyzer, model-analyzer, Chromium,
+# sherpa-onnx's client, worker processes), export or train models, or serve the bundled recogniser end to end.
+# `bash scripts/test.sh` runs everything; `bash scripts/test.sh -m "not slow"` is the quick tier for the edit
+# loop. A test elsewhere can still carry @pytest.mark.slow itself.
+SLOW_PATHS = (
+    "tests/compat/", "tests/analyzer/", "tests/e2e/", "tests/frontends/", "tests/gpu/", "tests/deploy/",
+    "tests/server/test_workers.py", "tests/faults/test_parameter_fuzz.py", "tests/scripts/test_build_model_repo.py",
+    "tests/scripts/test_openvino_repo.py", "tests/scripts/test_train.py", "tests/scripts/test_relay_leg.py",
+    "tests/scripts/test_gen_corpus.py", "tests/scripts/test_eval.py", "tests/asr/test_training.py",
+    "tests/asr/test_export.py", "tests/asr/test_wenet_parity.py", "tests/client/test_live.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        path = Path(str(item.fspath)).relative_to(ROOT).as_posix()
+        if path.startswith(SLOW_PATHS):
+            item.add_marker(pytest.mark.slow)
+
+
 def local_settings(*repos: Path, **overrides) -> ServerSettings:
     """Settings that bind every endpoint to 127.0.0.1 on free ports."""
     base = dict(

@@ -21,14 +21,32 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def absolute(path: Path, node: ast.ImportFrom) -> str:
+    """The module an import names, relative ones ("from ..x import y") resolved against the file's package."""
+    if node.level == 0:
+        return node.module or ""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    base = package[:len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports(path: Path) -> list[str]:
     names = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute(path, node)
+            names += [module] + [f"{module}.{alias.name}" for alias in node.names]
     return names
+
+
+def test_relative_imports_are_resolved() -> None:
+    inline = PACKAGE / "asr" / "serving" / "inline_onnx.py"
+    assert "asr_server.asr.graph_names" in imports(inline)  # "from ..graph_names import ..."
+    assert "asr_server.asr.serving.streaming_scorer" in imports(inline)  # "from .streaming_scorer import ..."
 
 
 def layer_of(module: str) -> str | None:
