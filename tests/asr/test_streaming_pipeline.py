@@ -7,7 +7,7 @@ import pytest
 
 from asr_server.asr.serving.pipeline import DecodingSettings
 from asr_server.asr.serving.streaming_scorer import EncoderResult, StreamChunk, StreamingScorer
-from asr_server.asr.serving.streaming import FrameWindower
+from asr_server.asr.serving.stream_state import FrameWindower
 from asr_server.asr.windows import WindowConfig
 from asr_server.asr.units import SymbolTable, Tokenizer
 

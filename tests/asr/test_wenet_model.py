@@ -104,9 +104,9 @@ def wenet(tmp_path, monkeypatch):
               "subsampling_rate": SUBSAMPLING, "right_context": RIGHT_CONTEXT, "num_mel_bins": MEL,
               "encoder_output_size": DIM}
     config = {"parameters": {k: {"string_value": str(v)} for k, v in params.items()}}
-    from asr_server.asr.serving import streaming_model
+    from asr_server.asr.serving import streaming_recogniser
 
-    monkeypatch.setattr(streaming_model, "encode_one", fake_encoder)  # the BLS call of each window
+    monkeypatch.setattr(streaming_recogniser, "encode_window_by_bls", fake_encoder)  # the BLS call of each window
     model = module.TritonPythonModel()
     model.initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path)})
     model.decoder_calls = []

@@ -57,5 +57,6 @@ def hypothesis_details(tokenizer: Tokenizer, tokens: Sequence[int], log_probs: O
     return out
 
 
-def encode(details: Mapping[str, Any]) -> bytes:
+def to_json_bytes(details: Mapping[str, Any]) -> bytes:
+    """A DETAILS dict as the compact UTF-8 JSON its output tensor carries."""
     return json.dumps(details, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

@@ -2,7 +2,7 @@
 
 The streaming scorer (``streaming_scorer.StreamingScorer``) calls its encoder and decoder through plain
 functions. With the scorer config's parameters ``encoder_onnx`` / ``decoder_onnx`` (build_model_repo.py's
-default) ``streaming_model.StreamingRecogniser`` runs those graphs here: one onnxruntime call per round of
+default) ``streaming_recogniser.StreamingRecogniser`` runs those graphs here: one onnxruntime call per round of
 windows, no request, no second scheduler, no thread hop, and each sequence's caches in one dict beside it.
 Without them it makes BLS requests to the ``streaming_encoder`` and ``decoder`` models (the encoder's caches
 then live as implicit state in that model's sequence batcher): the way to a TensorRT or GPU encoder.

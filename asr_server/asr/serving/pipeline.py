@@ -1,8 +1,8 @@
 """The recogniser's serving logic on numpy arrays: decoding settings, offline scoring, streaming features.
 
 The Triton model files in `model_repo/` are thin: they turn tensors into numpy, call these classes, and
-run the ONNX models (encoder, decoder) through whatever the caller passes in (BLS in the server), so this
-module needs no server and is tested on its own. Chunk-by-chunk streaming decoding: ``streaming_scorer``.
+run the ONNX models (encoder, decoder) through whatever the caller passes in (BLS calls, or onnxruntime
+sessions run in the model itself), so this module needs no server and is tested on its own. Chunk-by-chunk streaming decoding: ``streaming_scorer``.
 """
 
 from __future__ import annotations

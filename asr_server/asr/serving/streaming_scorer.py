@@ -2,7 +2,8 @@
 run on a batch of windows, CTC prefix beam search carried across chunks, endpointing, rescoring of ended segments.
 
 Like ``pipeline``, it works on numpy arrays and calls the encoder and decoder through functions the caller passes
-(BLS in model_repo/wenet/1/model.py), so it needs no server and is tested on its own.
+(``inline_onnx``'s onnxruntime sessions by default, or BLS calls to the encoder and decoder models:
+``streaming_recogniser``), so it needs no server and is tested on its own.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..decoding.hotwords import Hotwords
 from ..units import Tokenizer
 from ..windows import WindowConfig
 from .pipeline import DecodingSettings, Rescorer, SequenceKey, rescore_nbests
-from .streaming import EndedSegment, StreamState
+from .stream_state import EndedSegment, StreamState
 
 
 @dataclasses.dataclass(frozen=True)

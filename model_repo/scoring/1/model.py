@@ -11,7 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from asr_server.asr.serving import serving_config
-from asr_server.asr.decoding.details import DETAILS, encode, wants_details
+from asr_server.asr.decoding.details import DETAILS, to_json_bytes, wants_details
 from asr_server.asr.serving.pipeline import OfflineScorer
 from asr_server.asr.serving.triton_helpers import error_response, input_array, run_decoder
 
@@ -43,6 +43,6 @@ class TritonPythonModel:
             tensors = [pb_utils.Tensor("OUTPUT0", out)]
             if want:
                 tensors.append(pb_utils.Tensor(DETAILS, np.array(
-                    [[encode(d or {"text": t, "segment": 0, "final": True})] for t, d in results], dtype=np.object_)))
+                    [[to_json_bytes(d or {"text": t, "segment": 0, "final": True})] for t, d in results], dtype=np.object_)))
             responses.append(pb_utils.InferenceResponse(tensors))
         return responses

@@ -11,7 +11,7 @@ import triton_python_backend_utils as pb_utils
 
 from asr_server.asr.serving import serving_config
 from asr_server.asr.serving.pipeline import StreamingFeatures
-from asr_server.asr.serving.streaming_model import audio_frames
+from asr_server.asr.serving.streaming_recogniser import audio_frames
 from asr_server.asr.serving.triton_helpers import cancelled_response, error_response
 
 

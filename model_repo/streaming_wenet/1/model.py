@@ -4,14 +4,14 @@ chunks of any length -> fbank frames (the residual samples kept, so the frames e
 transcript; on END, attention rescoring and the final transcript.
 
 The same work as WeNet's ensemble layout (streaming_wenet_ensemble = streaming_feature_extractor -> wenet),
-without the ensemble's second model and request per chunk: asr_server/asr/serving/streaming_model.py does the
+without the ensemble's second model and request per chunk: asr_server/asr/serving/streaming_recogniser.py does the
 fbank reading and the scoring for both. Inputs and outputs are the ensemble's (WAV, WAV_LENS -> TRANSCRIPTS,
 DETAILS), so clients see no difference.
 """
 
 from asr_server.asr.serving import serving_config
 from asr_server.asr.serving.pipeline import StreamingFeatures
-from asr_server.asr.serving.streaming_model import StreamingRecogniser, audio_frames
+from asr_server.asr.serving.streaming_recogniser import StreamingRecogniser, audio_frames
 
 
 class TritonPythonModel:

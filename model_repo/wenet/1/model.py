@@ -2,12 +2,12 @@
 -> decoding windows -> the streaming encoder -> CTC prefix beam search carried across chunks -> the partial
 transcript; on END, attention rescoring and the final transcript.
 
-The work is asr_server/asr/serving/streaming_model.py's, shared with streaming_wenet's single-model layout
+The work is asr_server/asr/serving/streaming_recogniser.py's, shared with streaming_wenet's single-model layout
 (audio in). The encoder and decoder run here with onnxruntime when the parameters `encoder_onnx` /
 `decoder_onnx` name their graphs, or are called through BLS (`streaming_encoder`, `decoder`).
 """
 
-from asr_server.asr.serving.streaming_model import StreamingRecogniser
+from asr_server.asr.serving.streaming_recogniser import StreamingRecogniser
 from asr_server.asr.serving.triton_helpers import input_array
 
 

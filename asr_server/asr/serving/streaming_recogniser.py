@@ -20,7 +20,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from ..decoding.details import DETAILS, encode
+from ..decoding.details import DETAILS, to_json_bytes
 from ..features.fbank import checked_waveform
 from . import serving_config
 from .pipeline import StreamingFeatures
@@ -33,7 +33,7 @@ ENCODER_OUTPUTS = list(STREAMING_ENCODER_OUTPUTS)
 MAX_PARALLEL_BLS = 64  # concurrent encoder requests; the encoder's sequence batcher batches them
 
 
-def encode_one(job: EncoderJob) -> EncoderResult:
+def encode_window_by_bls(job: EncoderJob) -> EncoderResult:
     """One window through the ``streaming_encoder`` model (BLS), in its sequence."""
     import triton_python_backend_utils as pb_utils
 
@@ -104,7 +104,7 @@ class StreamingRecogniser:
         """One result per job; a job whose encoder request failed holds its exception, so only its own
         stream fails. Each request is built in a copy of the calling context, which holds the route of the
         model being executed (asr_server/backends/python/api/routes.py): pool threads have none of their own."""
-        futures = [self.pool.submit(contextvars.copy_context().run, encode_one, job) for job in jobs]
+        futures = [self.pool.submit(contextvars.copy_context().run, encode_window_by_bls, job) for job in jobs]
         return [f.exception() or f.result() for f in futures]
 
     def drop(self, key) -> None:
@@ -156,7 +156,7 @@ class StreamingRecogniser:
             # transcript as [1], which WeNet's streaming client reads with `as_numpy(...)[0].decode()`.
             tensors = [pb_utils.Tensor(self.transcript_output, np.array(text.encode("utf-8"), dtype=np.object_))]
             if info is not None:  # only when DETAILS is requested (an ensemble requests every output)
-                tensors.append(pb_utils.Tensor(DETAILS, np.array(encode(info), dtype=np.object_)))
+                tensors.append(pb_utils.Tensor(DETAILS, np.array(to_json_bytes(info), dtype=np.object_)))
             out.append(pb_utils.InferenceResponse(tensors))
         return out
 
