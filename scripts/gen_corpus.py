@@ -253,6 +253,35 @@ def status(args) -> int:
 FOTAQ_TEST_SPEAKERS = 8  # other-person voices of whole dialogues held out as real-speech test data
 
 
+def write_real_clips(root: Path, source: str, lines, load_audio) -> tuple[dict, int, int]:
+    """Voiced game lines as 16 kHz FLAC under ROOT/wavs/ with their manifest rows, resumable like `run`.
+    ``lines``: (split, utt, clip name, subtitle text, speaker, folder under wavs/); ``load_audio(clip name)``
+    -> (samples, rate). Returns (the split counts exported, lines made now, lines not normalisable)."""
+    from asr_data.normalise import normalise
+
+    manifest = Manifest(root / "manifest.jsonl")
+    skipped = made = 0
+    for split, utt, name, text, speaker, folder in lines:
+        pair = normalise(text, allow_caps=True)
+        if pair is None:
+            skipped += 1
+            continue
+        if utt in manifest:
+            continue
+        audio, sr = load_audio(name)
+        audio = np.clip(augment.to_16k(audio, sr), -1.0, 1.0)
+        rel = Path("wavs") / folder / f"{utt}.flac"
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        sf.write(root / rel, audio, augment.SAMPLE_RATE, format="FLAC", subtype="PCM_16")
+        manifest.append({"utt": utt, "split": split, "path": str(rel), "dur": round(audio.size / 16000, 3),
+                         "label": pair[1], "speak": text, "kind": "real", "source": source, "family": source,
+                         "voice": speaker, "speaker": f"{source}-{speaker}"})
+        made += 1
+    counts = export_kaldi(manifest.rows.values(), root)
+    manifest.close()
+    return counts, made, skipped
+
+
 def fotaq_run(args) -> int:
     """Real speech: the voiced lines of Debian's flight-of-the-amazon-queen, resampled to 16 kHz flac, as
     ROOT/fotaq/{fotaq_train,fotaq_test,fotaq_cut}. Joe (the hero) trains; FOTAQ_TEST_SPEAKERS of the
@@ -263,35 +292,18 @@ def fotaq_run(args) -> int:
     if not fotaq.QUEEN_1C.exists():
         sys.exit(f"{fotaq.QUEEN_1C} missing: apt-get install flight-of-the-amazon-queen "
                  "(bash scripts/get_tts_voices.sh installs it)")
-    from asr_data.normalise import normalise
-
-    root = args.root / "fotaq"
-    manifest = Manifest(root / "manifest.jsonl")
     clips = fotaq.clips()
     people = sorted({c.speaker for c in clips if c.speaker not in ("joe", "cutaway")})
     held = set(random.Random(args.seed or 2026).sample(people, FOTAQ_TEST_SPEAKERS))
-    skipped = made = 0
-    for clip in clips:
-        split = ("fotaq_cut" if clip.speaker == "cutaway" else
-                 "fotaq_test" if clip.speaker in held else "fotaq_train")
-        utt = f"{split}_{clip.name.lower()}"
-        pair = normalise(clip.text, allow_caps=True)
-        if pair is None:
-            skipped += 1
-            continue
-        if utt in manifest:
-            continue
-        audio, sr = fotaq.clip_audio(fotaq.QUEEN_1C, clip.name)
-        audio = np.clip(augment.to_16k(audio, sr), -1.0, 1.0)
-        rel = Path("wavs") / split / f"{utt}.flac"
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        sf.write(root / rel, audio, augment.SAMPLE_RATE, format="FLAC", subtype="PCM_16")
-        manifest.append({"utt": utt, "split": split, "path": str(rel), "dur": round(audio.size / 16000, 3),
-                         "label": pair[1], "speak": clip.text, "kind": "real", "source": "fotaq",
-                         "family": "fotaq", "voice": clip.speaker, "speaker": f"fotaq-{clip.speaker}"})
-        made += 1
-    counts = export_kaldi(manifest.rows.values(), root)
-    manifest.close()
+
+    def lines():
+        for clip in clips:
+            split = ("fotaq_cut" if clip.speaker == "cutaway" else
+                     "fotaq_test" if clip.speaker in held else "fotaq_train")
+            yield split, f"{split}_{clip.name.lower()}", clip.name, clip.text, clip.speaker, split
+
+    counts, made, skipped = write_real_clips(args.root / "fotaq", "fotaq", lines(),
+                                             lambda name: fotaq.clip_audio(fotaq.QUEEN_1C, name))
     print(f"fotaq: {counts}, made {made} now, {skipped} lines not normalisable; held-out speakers "
           f"{sorted(held)}")
     return 0
@@ -302,34 +314,13 @@ def drascula_run(args) -> int:
     flac, as ROOT/drascula/drascula_train (all of it trains: fotaq_test holds the unseen real speakers).
     Resumable like `run`."""
     from asr_data import drascula
-    from asr_data.normalise import normalise
 
     if not drascula.DRASCULA_DIR.is_dir():
         sys.exit(f"{drascula.DRASCULA_DIR} missing: apt-get install drascula "
                  "(bash scripts/get_tts_voices.sh installs it)")
-    root = args.root / "drascula"
-    manifest = Manifest(root / "manifest.jsonl")
-    skipped = made = 0
-    for clip in drascula.clips():
-        utt = f"drascula_train_{clip.name.lower()}"
-        pair = normalise(clip.text, allow_caps=True)
-        if pair is None:
-            skipped += 1
-            continue
-        if utt in manifest:
-            continue
-        audio, sr = drascula.clip_audio(clip.name)
-        audio = np.clip(augment.to_16k(audio, sr), -1.0, 1.0)
-        rel = Path("wavs") / f"{utt}.flac"
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        sf.write(root / rel, audio, augment.SAMPLE_RATE, format="FLAC", subtype="PCM_16")
-        manifest.append({"utt": utt, "split": "drascula_train", "path": str(rel),
-                         "dur": round(audio.size / 16000, 3), "label": pair[1], "speak": clip.text, "kind": "real",
-                         "source": "drascula", "family": "drascula", "voice": clip.speaker,
-                         "speaker": f"drascula-{clip.speaker}"})
-        made += 1
-    counts = export_kaldi(manifest.rows.values(), root)
-    manifest.close()
+    lines = (("drascula_train", f"drascula_train_{clip.name.lower()}", clip.name, clip.text, clip.speaker, "")
+             for clip in drascula.clips())
+    counts, made, skipped = write_real_clips(args.root / "drascula", "drascula", lines, drascula.clip_audio)
     print(f"drascula: {counts}, made {made} now, {skipped} lines not normalisable")
     return 0
 
