@@ -121,7 +121,7 @@ def test_a_pause_ends_a_segment_and_the_stream_goes_on(chunk):
     assert finals[0]["end"] == pytest.approx(0.48) and finals[1]["start"] == pytest.approx(0.48)
     assert finals[1]["words"] == [{"word": "b", "start": 0.8, "end": 0.84, "confidence": 0.9}]
     assert infos[-1]["final"] is True  # END after the last endpoint: no empty segment of its own
-    assert scorer.streams == {}
+    assert len(scorer.streams) == 0
 
 
 def test_blanks_over_loud_audio_are_speech_going_on_for_rule2_and_rule4_ends_them_later():
@@ -164,4 +164,4 @@ def test_a_bad_endpoint_parameter_fails_its_stream_alone():
     scorer = make_scorer()
     texts = scorer.step([StreamChunk(1, np.zeros((20, DIM), np.float32), True, False,
                                      {"endpoint_rule3_length": "-1"})], ScriptedEncoder(SCRIPT))
-    assert "rule3_length" in texts[0].message and 1 not in scorer.streams
+    assert "rule3_length" in texts[0].message and 1 not in scorer.decoding

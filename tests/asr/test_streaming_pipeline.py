@@ -95,7 +95,7 @@ def test_streaming_transcript_is_independent_of_chunking_and_state_is_freed():
         flat = [job for round_jobs in encoder.jobs for job in round_jobs]
         assert flat[0][1] is True and sum(j[1] for j in flat) == 1  # START on the first window only
         assert flat[-1][2] is True and sum(j[2] for j in flat) == 1  # END on the last one only
-        assert scorer.streams == {}
+        assert len(scorer.streams) == 0
     assert len(finals) == 1 and finals.pop() != ""
 
 
@@ -115,7 +115,7 @@ def test_idle_streams_are_dropped(monkeypatch):
     scorer, encoder = make_scorer(), FakeEncoder()
     scorer.step([StreamChunk(1, np.ones((5, DIM), np.float32), True, False)], encoder)
     assert 1 in scorer.streams
-    scorer.streams[1].last_seen -= scorer.settings.idle_seconds + 1
+    scorer.streams.get(1).last_seen -= scorer.streams.idle_seconds + 1
     scorer.step([StreamChunk(2, np.ones((5, DIM), np.float32), True, False)], encoder)
     assert set(scorer.streams) == {2}
 
@@ -157,7 +157,7 @@ def test_a_failed_chunk_fails_its_stream_until_end_and_never_restarts_it_silentl
     assert 1 not in scorer.failed and 1 not in scorer.streams  # END frees it
     restarted = scorer.step([StreamChunk(1, frames, True, True)], encoder)[0]
     assert isinstance(restarted, str)  # a new START begins a new stream
-    assert scorer.streams.keys() == {2}
+    assert set(scorer.streams) == {2}
 
 
 def test_a_chunk_without_start_for_an_unknown_stream_is_an_error():
@@ -166,7 +166,7 @@ def test_a_chunk_without_start_for_an_unknown_stream_is_an_error():
     scorer, encoder = make_scorer(), FakeEncoder()
     result = scorer.step([StreamChunk(5, np.ones((20, DIM), np.float32), False, False)], encoder)[0]
     assert isinstance(result, StreamFailed) and "START" in result.message
-    assert encoder.jobs == [] and scorer.streams == {}
+    assert encoder.jobs == [] and scorer.decoding == {} and 5 in scorer.failed
 
 
 def test_a_stream_past_the_rescoring_bound_keeps_bounded_memory_and_ends_on_its_ctc_result():
@@ -183,9 +183,9 @@ def test_a_stream_past_the_rescoring_bound_keeps_bounded_memory_and_ends_on_its_
     rng = np.random.default_rng(4)
     long, short = rng.normal(size=(200, DIM)).astype(np.float32), rng.normal(size=(30, DIM)).astype(np.float32)
     scorer.step([StreamChunk(1, long[:100], True, False), StreamChunk(2, short, True, False)], encoder)
-    assert not scorer.streams[1].rescorable and scorer.streams[1].encoder_out == []  # freed, not growing
-    assert scorer.streams[2].rescorable
-    best = tokenizer.decode(scorer.streams[1].search.best().tokens)
+    assert not scorer.decoding[1].rescorable and scorer.decoding[1].encoder_out == []  # freed, not growing
+    assert scorer.decoding[2].rescorable
+    best = tokenizer.decode(scorer.decoding[1].search.best().tokens)
     finals = scorer.step([StreamChunk(1, long[100:], False, True), StreamChunk(2, short[:0], False, True)],
                          encoder, rescorer)
     assert len(rescored) == 1 and len(rescored[0]) == 1  # one rescoring call, for stream 2 only
@@ -214,4 +214,4 @@ def test_a_chunk_that_breaks_in_the_scorer_fails_alone_and_its_batch_neighbours_
     second = scorer.step(halves[1], FakeEncoder())
     assert isinstance(second[1], StreamFailed)  # its END answers the earlier failure, not part of the audio
     assert [second[0], second[2]] == [clean[1][0], clean[1][2]]
-    assert scorer.streams == {} and scorer.failed == {}
+    assert len(scorer.streams) == 0

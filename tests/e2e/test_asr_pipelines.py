@@ -182,27 +182,25 @@ async def test_abandoned_stream_is_cleaned_up(client, layout):
             break
     for name in (*models, "streaming_encoder"):
         assert 4242 not in server.manager.get(name).scheduler.sequences, name
-    # The python models keep their own per-sequence state (fbank residual, beams, encoder output) in the
-    # instance that ran the sequence; an instance drops idle sequences on its next execution.
-    # So does the scorer's encoder when it runs the graph itself (its caches, by sequence).
-    scorers = [m.recogniser.scorer for m in python_models(server, scorer_model)]
-    extractors = [m.features for m in python_models(server, extractor_model)]
-    encoders = [m.recogniser.inline_encoder for m in python_models(server, scorer_model)]
-    assert all(e is not None for e in encoders)  # the repository's default
-    assert any(4242 in s.streams for s in scorers) and any(4242 in f.streams for f in extractors)
-    assert any(4242 in e.caches for e in encoders)
-    for scorer in scorers:
-        scorer.settings = dataclasses.replace(scorer.settings, idle_seconds=0.01)
-    for features in extractors:
-        features.idle_seconds = 0.01
-    for encoder in encoders:
-        encoder.idle_seconds = 0.01
+    # The python models keep their own per-sequence state in the instance that ran the sequence: one object
+    # per stream (fbank residual, decoding state, the inline encoder's caches) in one registry per model
+    # instance, with one idle limit; an instance drops idle streams on its next execution.
+    scorers = [m.recogniser for m in python_models(server, scorer_model)]
+    assert all(r.inline_encoder is not None for r in scorers)  # the repository's default: caches kept here
+    registries = {id(r): r for r in [*(r.streams for r in scorers),
+                                     *(m.features.streams for m in python_models(server, extractor_model))]}
+    holding = [r for r in registries.values() if 4242 in r]
+    assert holding
+    stream_parts = [r.get(4242) for r in holding]
+    assert any(s.decoding is not None and s.encoder_cache is not None for s in stream_parts)
+    assert any(s.fbank is not None for s in stream_parts)
+    for registry in registries.values():
+        registry.idle_seconds = 0.01  # the one idle setting
     await asyncio.sleep(0.05)
     # New sequences go to the instances in turn: one per instance runs every instance once.
-    for k in range(max(len(scorers), len(extractors))):
+    for k in range(len(scorers)):
         await stream(client, utterance(10, 0.5), [8000], sequence_id=4343 + k, model=layout)
-    assert all(s.streams == {} for s in scorers) and all(f.streams == {} for f in extractors)
-    assert all(e.caches == {} for e in encoders)
+    assert all(len(r) == 0 for r in registries.values())
 
 
 def python_models(server, name: str) -> list:
@@ -309,7 +307,7 @@ async def test_a_stream_whose_chunk_fails_answers_errors_until_end_never_a_silen
     assert errors == list(range(first, len(pieces)))  # every chunk from the failure on, END included
     assert "Gather" in got[first][1].message() and "failed on an earlier chunk" in got[-1][1].message()
     assert all(error is None for _, error in other)  # the other stream of the same batches is untouched
-    assert all(w.scorer.failed == {} and w.scorer.streams == {} for w in wenets)
+    assert all(len(w.streams) == 0 for w in wenets)  # END freed every part of the stream
     again = await stream(client, utterance(30, 3.0), [4000], sequence_id=5151)  # a new START works
     assert again[-1] == other[-1][0]
 

@@ -19,6 +19,7 @@ from typing import Callable, Hashable, Optional, Sequence, Union
 
 import numpy as np
 
+from .stream_state import Streams
 from .streaming_scorer import EncoderJob, EncoderResult
 from ..graph_names import STREAMING_ENCODER_OUTPUTS, STREAMING_STATES
 
@@ -111,9 +112,10 @@ class InlineStreamingEncoder:
     one batch; if that call fails, each window runs alone so that only a bad one fails."""
 
     def __init__(self, session, idle_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic,
-                 shrink_every_s: float = ARENA_SHRINK_EVERY_S) -> None:
+                 shrink_every_s: float = ARENA_SHRINK_EVERY_S, streams: Optional[Streams] = None) -> None:
         self.session = session
-        self.idle_seconds = idle_seconds
+        # each sequence's caches are the `encoder_cache` part of its stream (shared with the scorer's state)
+        self.streams = streams if streams is not None else Streams(idle_seconds, clock)
         self.clock = clock
         # onnxruntime's arena keeps the memory of the largest batch it ever ran (a burst of streams) for good.
         # A run that ends with shrinkage hands the unused part back; once every shrink_every_s, not every
@@ -136,19 +138,17 @@ class InlineStreamingEncoder:
             self.zeros[name] = np.zeros(dims, _NUMPY_TYPES[inputs[name].type])
         self.state_names = list(self.zeros)
         self.output_names = [*ENCODER_OUTPUTS, *(STATE_OUTPUTS[n] for n in self.state_names)]
-        # key -> ({state input: this sequence's value}, monotonic seconds last used)
-        self.caches: dict[Hashable, tuple[dict[str, np.ndarray], float]] = {}
 
     def __call__(self, jobs: Sequence[EncoderJob]) -> list[Union[EncoderResult, Exception]]:
         now = self.clock()
-        self.drop_idle(now)
+        self.streams.sweep(now)
         results: list[Union[EncoderResult, Exception, None]] = [None] * len(jobs)
         run = []
         for i, job in enumerate(jobs):
             if job.valid == 0:  # nothing to decode (an END-only window): just free the caches
                 results[i] = EncoderResult(*self._empty())
                 if job.end:
-                    self.caches.pop(job.key, None)
+                    self.streams.release(job.key, "encoder_cache")
             else:
                 run.append(i)
         if run:
@@ -160,7 +160,7 @@ class InlineStreamingEncoder:
                     try:
                         outs.extend(self._run([jobs[i]], now))
                     except Exception as exc:  # noqa: BLE001 - this sequence fails alone
-                        self.caches.pop(jobs[i].key, None)
+                        self.streams.release(jobs[i].key, "encoder_cache")
                         outs.append(exc)
             for i, out in zip(run, outs):
                 results[i] = out
@@ -169,11 +169,12 @@ class InlineStreamingEncoder:
     def _run(self, jobs: Sequence[EncoderJob], now: float) -> list[EncoderResult]:
         states = []
         for job in jobs:
-            cached = None if job.start else self.caches.get(job.key)
+            stream = None if job.start else self.streams.get(job.key)
+            cached = None if stream is None else stream.encoder_cache
             if cached is None and not job.start:
                 raise ValueError(f"sequence {job.key} has no encoder state (it was idle longer than "
-                                 f"{self.idle_seconds:g} s, or never started)")
-            states.append(self.zeros if cached is None else cached[0])
+                                 f"{self.streams.idle_seconds:g} s, or never started)")
+            states.append(self.zeros if cached is None else cached)
         feeds = {"chunk_xs": np.stack([job.window for job in jobs]).astype(np.float32, copy=False),
                  "chunk_lens": np.array([job.valid for job in jobs], dtype=np.int32)}
         for name in self.state_names:
@@ -183,9 +184,10 @@ class InlineStreamingEncoder:
         results = []
         for b, job in enumerate(jobs):
             if job.end:
-                self.caches.pop(job.key, None)
+                self.streams.release(job.key, "encoder_cache")
             else:  # rows of the batch's output arrays (views: no copy)
-                self.caches[job.key] = ({n: outputs[STATE_OUTPUTS[n]][b] for n in self.state_names}, now)
+                self.streams.open(job.key, now).encoder_cache = {n: outputs[STATE_OUTPUTS[n]][b]
+                                                                 for n in self.state_names}
             results.append(EncoderResult(outputs["log_probs"][b], outputs["log_probs_idx"][b],
                                          outputs["chunk_out"][b], int(outputs["chunk_out_lens"].reshape(-1)[b])))
         return results
@@ -206,12 +208,15 @@ class InlineStreamingEncoder:
         return np.zeros((0, 1), np.float32), np.zeros((0, 1), np.int64), np.zeros((0, 1), np.float32), 0
 
     def drop(self, key: Hashable) -> None:
-        self.caches.pop(key, None)
+        self.streams.release(key, "encoder_cache")
 
     def drop_idle(self, now: Optional[float] = None) -> None:
-        now = self.clock() if now is None else now
-        for key in [k for k, (_, seen) in self.caches.items() if now - seen > self.idle_seconds]:
-            del self.caches[key]
+        self.streams.sweep(now)
+
+    @property
+    def caches(self) -> dict:
+        """{key: {state input: value}} of the sequences whose caches are kept (a view)."""
+        return self.streams.with_part("encoder_cache")
 
 
 class InlineDecoder:

@@ -18,6 +18,7 @@ from ..decoding.details import hypothesis_details
 from ..decoding.endpoint import EndpointRules
 from ..decoding.hotwords import Hotwords
 from ..features.fbank import FbankConfig, StreamingFbank, batch_fbank_computer
+from .stream_state import Streams
 from ..decoding.rescoring import DecoderInputs, build_decoder_inputs, hyps_from_best_index
 from ..units import Tokenizer
 
@@ -117,27 +118,26 @@ class StreamingFeatures:
     a single call: kaldi-native-fbank by default, or kaldifeat (batched, on a GPU for a KIND_GPU instance).
     """
 
-    def __init__(self, config: FbankConfig, idle_seconds: float = 5.0, compute_fbank=None) -> None:
+    def __init__(self, config: FbankConfig, idle_seconds: float = 5.0, compute_fbank=None,
+                 streams: Optional[Streams] = None) -> None:
         self.config = config
-        self.idle_seconds = idle_seconds
         self.compute_fbank = compute_fbank or batch_fbank_computer("kaldi-native-fbank", config)
-        self.streams: dict[SequenceKey, tuple[StreamingFbank, float]] = {}
+        # each sequence's residual is the `fbank` part of its stream (shared with the scorer in streaming_wenet)
+        self.streams = streams if streams is not None else Streams(idle_seconds)
 
     def accept_many(self, chunks: list[tuple[SequenceKey, np.ndarray, bool, bool]]) -> list[np.ndarray]:
         """The new (T, num_mel_bins) frames of each (key, samples, start, end) chunk, taken in order, with one
         fbank call for all of them; a sequence's state is created on START, dropped on END."""
         now = time.monotonic()
-        self.drop_idle(now)
+        self.streams.sweep(now)
         ready = []
         for key, samples, start, end in chunks:
-            if start or key not in self.streams:
-                self.streams[key] = (StreamingFbank(self.config), now)
-            extractor, _ = self.streams[key]
-            ready.append(extractor.take(samples))
+            stream = self.streams.open(key, now)
+            if start or stream.fbank is None:
+                stream.fbank = StreamingFbank(self.config)
+            ready.append(stream.fbank.take(samples))
             if end:
-                del self.streams[key]
-            else:
-                self.streams[key] = (extractor, now)
+                self.streams.release(key, "fbank")
         todo = [i for i, r in enumerate(ready) if r.size]
         frames = [np.zeros((0, self.config.num_mel_bins), dtype=np.float32)] * len(chunks)
         for i, f in zip(todo, self.compute_fbank([ready[i] for i in todo])):
@@ -145,8 +145,4 @@ class StreamingFeatures:
         return frames
 
     def drop(self, key: SequenceKey) -> None:
-        self.streams.pop(key, None)
-
-    def drop_idle(self, now: float) -> None:
-        for key in [k for k, (_, seen) in self.streams.items() if now - seen > self.idle_seconds]:
-            del self.streams[key]
+        self.streams.release(key, "fbank")

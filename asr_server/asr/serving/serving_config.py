@@ -142,19 +142,21 @@ def decoder_setup(args: Mapping[str, str]) -> DecoderSetup:
     return DecoderSetup(params, tok, decoding_settings(params, tok.symbols), hotwords(args, params, tok))
 
 
-def inline_graphs(args: Mapping[str, str], params: Mapping[str, str], settings: DecodingSettings):
+def inline_graphs(args: Mapping[str, str], params: Mapping[str, str], settings: DecodingSettings, streams=None):
     """(encoder runner, decoder function) run in this process for the parameters ``encoder_onnx`` and
     ``decoder_onnx`` (graph paths, relative to the model's folder; ``inline_threads``: onnxruntime intra-op
     threads, 1 by default; with one, the instances of a process share each graph's session); None for each
     one that is not set, which then goes to its model through BLS.
-    Without rescoring the decoder is never called, so its graph is not loaded."""
+    Without rescoring the decoder is never called, so its graph is not loaded. ``streams``: the model's
+    stream_state.Streams, where the encoder keeps each sequence's caches."""
     from .inline_onnx import InlineDecoder, InlineStreamingEncoder, shared_onnx_session
 
     threads = int(params.get("inline_threads", 1))
     encoder = decoder = None
     if params.get("encoder_onnx"):
         encoder = InlineStreamingEncoder(shared_onnx_session(
-            _path(args["model_repository"], params["encoder_onnx"]), threads), settings.idle_seconds)
+            _path(args["model_repository"], params["encoder_onnx"]), threads), settings.idle_seconds,
+            streams=streams)
     if params.get("decoder_onnx") and settings.rescoring:
         decoder = InlineDecoder(shared_onnx_session(_path(args["model_repository"], params["decoder_onnx"]),
                                                     threads))

@@ -1,4 +1,6 @@
-"""Streaming pieces that sit between features and the encoder: decoding windows and per-stream state.
+"""What a streaming model keeps per stream, in one place: ``Streams``, one ``Stream`` object per sequence
+holding its fbank residual, its decoding state (windows, search, segments, finals), the streaming encoder's
+caches and why it failed, with one idle setting and one sweep (as sherpa-onnx's OnlineStream).
 
 The streaming encoder consumes fixed decoding windows of fbank frames (their geometry: ``asr.windows``).
 Clients send audio of any length, so frames are buffered here and cut into windows as they become complete;
@@ -8,7 +10,8 @@ the last, shorter window is padded and flagged by its valid length.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+import time
+from typing import Any, Callable, Hashable, Iterator, Optional
 
 import numpy as np
 
@@ -77,7 +80,6 @@ class StreamState:
     search_options: Optional[SearchOptions] = None  # how a new segment's search is made
     encoder_out: list = dataclasses.field(default_factory=list)  # (T_i, d) chunks, kept for rescoring
     windows_sent: int = 0  # windows given to the encoder so far (the first one carries START)
-    last_seen: float = 0.0  # monotonic seconds of the last request (idle eviction)
     kept_frames: int = 0  # encoder frames in encoder_out
     rescorable: bool = True  # False once the stream outgrew the rescoring bound (encoder_out then freed)
     topk: list = dataclasses.field(default_factory=list)  # [(log_probs (T_i, K), ids (T_i, K))] of the segment
@@ -92,10 +94,9 @@ class StreamState:
     context: Any = None  # hotwords.ContextGraph biasing the stream's search (None: no hotwords)
 
     @classmethod
-    def create(cls, window: WindowConfig, feature_dim: int, search: SearchOptions, now: float,
+    def create(cls, window: WindowConfig, feature_dim: int, search: SearchOptions,
                context: Any = None) -> "StreamState":
-        return cls(FrameWindower(window, feature_dim), make_search(search, context), search, last_seen=now,
-                   context=context)
+        return cls(FrameWindower(window, feature_dim), make_search(search, context), search, context=context)
 
     def keep_encoder_out(self, chunk_out: np.ndarray, valid: int, max_frames: int = 0) -> None:
         """chunk_out: (T', d) of one window, of which the first `valid` frames are real. Past `max_frames`
@@ -147,3 +148,72 @@ class StreamState:
         self.topk, self.topk_frames, self.timed = [], 0, True
         self.segment_start = self.frames
         return ended
+
+
+PARTS = ("fbank", "decoding", "encoder_cache", "failed")
+
+
+@dataclasses.dataclass
+class Stream:
+    """Everything one model instance keeps for one stream between its chunks. Each part is set by the stage
+    that uses it and cleared when that stage is done with the stream; a stream with no part left is gone."""
+
+    last_seen: float  # monotonic seconds when it was last used (idle eviction)
+    fbank: Any = None  # features.StreamingFbank: the samples short of a whole frame (audio-in models)
+    decoding: Optional[StreamState] = None  # the scorer's windows, search, segments and finals
+    encoder_cache: Optional[dict] = None  # the streaming encoder's carried state, when run inline
+    failed: Optional[str] = None  # why the stream failed: its chunks are refused until END or a new START
+
+    def empty(self) -> bool:
+        return all(getattr(self, part) is None for part in PARTS)
+
+
+class Streams:
+    """The streams of one model instance by sequence key, with one idle limit for all their parts."""
+
+    def __init__(self, idle_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.idle_seconds = idle_seconds
+        self.clock = clock
+        self._streams: dict[Hashable, Stream] = {}
+
+    def get(self, key: Hashable) -> Optional[Stream]:
+        return self._streams.get(key)
+
+    def open(self, key: Hashable, now: float) -> Stream:
+        """The key's stream (made when there is none), marked as used at ``now``."""
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = Stream(now)
+        stream.last_seen = now
+        return stream
+
+    def release(self, key: Hashable, part: str) -> None:
+        """A stage is done with a stream: its part goes, and the stream with it when nothing is left."""
+        stream = self._streams.get(key)
+        if stream is None:
+            return
+        setattr(stream, part, None)
+        if stream.empty():
+            del self._streams[key]
+
+    def drop(self, key: Hashable) -> None:
+        self._streams.pop(key, None)
+
+    def sweep(self, now: Optional[float] = None) -> None:
+        """Forget every stream unused for longer than idle_seconds (a client gone without END)."""
+        now = self.clock() if now is None else now
+        for key in [k for k, s in self._streams.items() if now - s.last_seen > self.idle_seconds]:
+            del self._streams[key]
+
+    def with_part(self, part: str) -> dict:
+        """{key: that part} of the streams that have it (a view for diagnostics and tests)."""
+        return {k: getattr(s, part) for k, s in self._streams.items() if getattr(s, part) is not None}
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._streams
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._streams)
+
+    def __len__(self) -> int:
+        return len(self._streams)

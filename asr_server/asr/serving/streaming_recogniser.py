@@ -24,6 +24,7 @@ from ..decoding.details import DETAILS, to_json_bytes
 from ..features.fbank import checked_waveform
 from . import serving_config
 from .pipeline import StreamingFeatures
+from .stream_state import Streams
 from .streaming_scorer import EncoderJob, EncoderResult, StreamChunk, StreamFailed, StreamingScorer
 from .triton_helpers import cancelled_response, control, error_response, input_array, run_decoder
 from ..graph_names import STREAMING_ENCODER_OUTPUTS
@@ -88,11 +89,15 @@ class StreamingRecogniser:
         setup = serving_config.decoder_setup(args)
         params = setup.params
         self.transcript_output = transcript_output
+        # One object per stream for every stage of this model (fbank residual in streaming_wenet, decoding
+        # state, inline encoder caches), one idle limit: the config's idle_seconds.
+        self.streams = Streams(setup.settings.idle_seconds)
         self.scorer = StreamingScorer(
             setup.tokenizer, setup.settings, serving_config.window_config(params),
-            int(params.get("num_mel_bins", 80)), int(params["encoder_output_size"]), setup.hotwords)
+            int(params.get("num_mel_bins", 80)), int(params["encoder_output_size"]), setup.hotwords, self.streams)
         self.pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self.inline_encoder, inline_decoder = serving_config.inline_graphs(args, params, setup.settings)
+        self.inline_encoder, inline_decoder = serving_config.inline_graphs(args, params, setup.settings,
+                                                                           self.streams)
         if self.inline_encoder is not None:
             self.run_encoder = self.inline_encoder
         else:
@@ -108,10 +113,8 @@ class StreamingRecogniser:
         return [f.exception() or f.result() for f in futures]
 
     def drop(self, key) -> None:
-        """Forget a sequence: its decoding state, and its encoder caches when they are kept here."""
-        self.scorer.drop(key)
-        if self.inline_encoder is not None:
-            self.inline_encoder.drop(key)
+        """Forget a sequence: every part of its stream."""
+        self.streams.drop(key)
 
     def respond(self, requests: Sequence, frames: Sequence[Union[np.ndarray, Exception, None]]) -> list:
         """One response per request: ``frames[i]`` is request i's new (T, num_mel_bins) fbank frames, an

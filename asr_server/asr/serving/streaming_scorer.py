@@ -21,7 +21,7 @@ from ..decoding.hotwords import Hotwords
 from ..units import Tokenizer
 from ..windows import WindowConfig
 from .pipeline import DecodingSettings, Rescorer, SequenceKey, rescore_nbests
-from .stream_state import EndedSegment, StreamState
+from .stream_state import EndedSegment, Stream, Streams, StreamState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +82,8 @@ class StreamingScorer:
     """Per-sequence windows, CTC prefix beam search carried across chunks, rescoring on END."""
 
     def __init__(self, tokenizer: Tokenizer, settings: DecodingSettings, window: WindowConfig,
-                 feature_dim: int, encoder_dim: int, hotwords: Optional[Hotwords] = None) -> None:
+                 feature_dim: int, encoder_dim: int, hotwords: Optional[Hotwords] = None,
+                 streams: Optional[Streams] = None) -> None:
         self.tokenizer = tokenizer
         self.settings = settings
         self.hotwords = hotwords or Hotwords(tokenizer.encode)  # the model's, and per-stream ones (on START)
@@ -90,9 +91,9 @@ class StreamingScorer:
         self.window = window
         self.feature_dim = feature_dim
         self.encoder_dim = encoder_dim
-        self.streams: dict[SequenceKey, StreamState] = {}
-        # Streams that failed, until their END or a new START: (reason, monotonic seconds last seen).
-        self.failed: dict[SequenceKey, tuple[str, float]] = {}
+        # Every stream's state (its `decoding` part here; a failed stream keeps its reason until END or a new
+        # START); shared with the fbank and the inline encoder of the same model, one idle limit for all.
+        self.streams = streams if streams is not None else Streams(settings.idle_seconds)
         # DETAILS dicts of the chunks of the last step() call that asked for them (None elsewhere)
         self.last_details: list[Optional[dict]] = []
 
@@ -111,25 +112,29 @@ class StreamingScorer:
         A chunk fails alone: whatever goes wrong with one sequence (bad options, its frames, its encoder or
         decoder call) fails that sequence's chunk and stream, never the other sequences of the batch."""
         now = time.monotonic()
-        self.drop_idle(now)
+        self.streams.sweep(now)
         self.last_details = [None] * len(chunks)
         pending: list[list[EncoderJob]] = []
         states: list[Optional[StreamState]] = [None] * len(chunks)
+        used: list[Stream] = []
         results: list[Union[str, StreamFailed, None]] = [None] * len(chunks)
         ended: list[list[EndedSegment]] = [[] for _ in chunks]
         for i, chunk in enumerate(chunks):
             if chunk.start:
-                self.failed.pop(chunk.key, None)
+                stream = self.streams.open(chunk.key, now)
+                stream.failed = None
                 try:
-                    self.streams[chunk.key] = self._new_stream(chunk, now)
+                    stream.decoding = self._new_stream(chunk)
                 except ValueError as exc:  # bad per-request options: this stream fails alone
                     results[i] = self._fail(chunk, str(exc), now, code="INVALID_ARG")
                     continue
-            state = self.streams.get(chunk.key)
+            stream = self.streams.get(chunk.key)
+            state = None if stream is None else stream.decoding
             if state is None:
                 results[i] = self._refuse(chunk, now)
                 continue
-            state.last_seen = now
+            stream.last_seen = now
+            used.append(stream)
             states[i] = state
             try:
                 jobs = self._windows(state, chunk)
@@ -170,7 +175,7 @@ class StreamingScorer:
                 state.search.best().tokens))
             if segment is not None:
                 ended[i].append(segment)
-            self.streams.pop(chunks[i].key, None)
+            self.streams.release(chunks[i].key, "decoding")
         final_of = self._finish_streams(
             {i: ended[i] for i in range(len(chunks)) if results[i] is None and ended[i]}, rescorer)
         for i, outcome in final_of.items():
@@ -195,9 +200,8 @@ class StreamingScorer:
         # step (the first one compiles the search kernels, seconds on a cold cache) must not make the next
         # chunk, which arrived in time, find its stream dropped.
         done = time.monotonic()
-        for state in states:
-            if state is not None:
-                state.last_seen = done
+        for stream in used:
+            stream.last_seen = done
         self._close_encoder_sequences(
             [i for i in range(len(chunks)) if isinstance(results[i], StreamFailed) and states[i] is not None
              and states[i].windows_sent > 0 and i not in end_sent], chunks, run_encoder)
@@ -253,8 +257,8 @@ class StreamingScorer:
                 out[i] = exc
         return out
 
-    def _new_stream(self, chunk: StreamChunk, now: float) -> StreamState:
-        state = StreamState.create(self.window, self.feature_dim, self.settings.search_options(), now,
+    def _new_stream(self, chunk: StreamChunk) -> StreamState:
+        state = StreamState.create(self.window, self.feature_dim, self.settings.search_options(),
                                    self.hotwords.for_request(chunk.parameters))
         state.details = wants_details(chunk.parameters)
         rules = self.settings.endpoint.updated(chunk.parameters)
@@ -335,18 +339,21 @@ class StreamingScorer:
 
     def _fail(self, chunk: StreamChunk, reason: str, now: float, code: Optional[str] = None) -> StreamFailed:
         """The stream's state is unusable: drop it and remember why, so its later chunks fail too."""
-        self.streams.pop(chunk.key, None)
-        if not chunk.end:
-            self.failed[chunk.key] = (reason, now)
+        self._set_failed(chunk, reason, now)
         return StreamFailed(f"sequence {chunk.key} failed: {reason}", code)
+
+    def _set_failed(self, chunk: StreamChunk, reason: Optional[str], now: float) -> None:
+        """No decoding state any more; until END the stream remembers ``reason`` (on END it is forgotten)."""
+        stream = self.streams.open(chunk.key, now)
+        stream.decoding = None
+        stream.failed = None if chunk.end else reason
+        self.streams.release(chunk.key, "decoding")  # gone when nothing else of it is left
 
     def _refuse(self, chunk: StreamChunk, now: float) -> StreamFailed:
         """A chunk without START for a stream this scorer does not hold (failed, or dropped while idle)."""
-        reason, _ = self.failed.get(chunk.key, (None, 0.0))
-        if chunk.end:
-            self.failed.pop(chunk.key, None)
-        else:
-            self.failed[chunk.key] = (reason or "no state", now)
+        stream = self.streams.get(chunk.key)
+        reason = None if stream is None else stream.failed
+        self._set_failed(chunk, reason or "no state", now)
         if reason is not None:
             return StreamFailed(f"sequence {chunk.key} failed on an earlier chunk ({reason}); its audio since "
                                 "then is not decoded: start a new sequence with START", "INVALID_ARG")
@@ -355,12 +362,14 @@ class StreamingScorer:
                             "INVALID_ARG")
 
     def drop(self, key: SequenceKey) -> None:
-        self.streams.pop(key, None)
-        self.failed.pop(key, None)
+        self.streams.drop(key)
 
-    def drop_idle(self, now: float) -> None:
-        idle = self.settings.idle_seconds
-        for key in [k for k, s in self.streams.items() if now - s.last_seen > idle]:
-            del self.streams[key]
-        for key in [k for k, (_, seen) in self.failed.items() if now - seen > idle]:
-            del self.failed[key]
+    @property
+    def decoding(self) -> dict:
+        """{key: StreamState} of the streams being decoded (a view)."""
+        return self.streams.with_part("decoding")
+
+    @property
+    def failed(self) -> dict:
+        """{key: reason} of the streams that failed and wait for their END (a view)."""
+        return self.streams.with_part("failed")

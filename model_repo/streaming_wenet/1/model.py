@@ -17,9 +17,10 @@ from asr_server.asr.serving.streaming_recogniser import StreamingRecogniser, aud
 class TritonPythonModel:
     def initialize(self, args):
         setup = serving_config.feature_setup(args)
-        self.features = StreamingFeatures(setup.config, float(setup.params.get("idle_seconds", 5.0)),
-                                          setup.compute_fbank)
         self.recogniser = StreamingRecogniser(args, transcript_output="TRANSCRIPTS")
+        # the fbank residual lives in each stream's object beside its decoding state (one idle limit)
+        self.features = StreamingFeatures(setup.config, compute_fbank=setup.compute_fbank,
+                                          streams=self.recogniser.streams)
 
     def execute(self, requests):
         # None for a cancelled request: the recogniser drops the rest of its sequence
