@@ -31,7 +31,8 @@ WORKERS = 2
 
 
 class Workers:
-    def __init__(self, repo: Path, tmp_path: Path, *load: str) -> None:
+    def __init__(self, repo: Path, tmp_path: Path, *load: str, mode: tuple = ("--model-control-mode", "explicit")
+                 ) -> None:
         self.grpc, self.http, self.metrics = free_ports(3)
         self.log_path = tmp_path / "server.log"
         loads = [a for name in load for a in ("--load-model", name)]
@@ -40,7 +41,7 @@ class Workers:
             [sys.executable, "-m", "asr_server", "--model-repository", str(repo), "--workers", str(WORKERS),
              "--grpc-address", "127.0.0.1", "--http-address", "127.0.0.1", "--metrics-address", "127.0.0.1",
              "--grpc-port", str(self.grpc), "--http-port", str(self.http), "--metrics-port", str(self.metrics),
-             "--model-control-mode", "explicit", *loads, "--exit-timeout-secs", "2"],
+             *mode, *loads, "--exit-timeout-secs", "2"],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
         self.url = f"127.0.0.1:{self.grpc}"
         self.registry = self._wait_for(r"workers serving .* \(registry (\S+)\)", 120)
@@ -184,5 +185,25 @@ async def test_a_killed_worker_is_restarted_and_its_stream_ends_with_an_error(re
         assert {e["index"] for e in workers.entries()} == set(range(WORKERS))
         assert await on_each_worker(workers, add_sub) == [ADD_SUB_SUM] * WORKERS
         assert await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32")) == [True] * WORKERS
+    finally:
+        workers.stop()
+
+
+async def test_polling_reaches_every_worker(repo, tmp_path):
+    """--model-control-mode poll: each worker polls the repository itself, so a model added to it is served
+    by every worker."""
+    (repo / "identity_fp32").rename(tmp_path / "identity_fp32")  # not there at start
+    workers = Workers(repo, tmp_path, mode=("--model-control-mode", "poll", "--repository-poll-secs", "1"))
+    try:
+        assert await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32")) == [False] * WORKERS
+        (tmp_path / "identity_fp32").rename(repo / "identity_fp32")
+        deadline = time.monotonic() + 30
+        ready = []
+        while time.monotonic() < deadline:
+            ready = await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32"))
+            if all(ready):
+                break
+            await asyncio.sleep(0.5)  # the next poll of each worker
+        assert ready == [True] * WORKERS
     finally:
         workers.stop()
