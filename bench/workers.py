@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -120,15 +121,26 @@ def start_server(repo: Path, workers: int) -> tuple[subprocess.Popen, str]:
     from bench.soak import free_ports, wait_ready
 
     grpc_port, http_port, metrics_port = free_ports(3)
-    log = open(Path(tempfile.gettempdir()) / f"bench_workers_{workers}.log", "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "asr_server", "--model-repository", str(repo), "--workers", str(workers),
-         "--grpc-address", "127.0.0.1", "--grpc-port", str(grpc_port), "--http-address", "127.0.0.1",
-         "--http-port", str(http_port), "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port)],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    log_path = Path(tempfile.gettempdir()) / f"bench_workers_{workers}.log"
+    with open(log_path, "w") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "asr_server", "--model-repository", str(repo), "--workers", str(workers),
+             "--grpc-address", "127.0.0.1", "--grpc-port", str(grpc_port), "--http-address", "127.0.0.1",
+             "--http-port", str(http_port), "--metrics-address", "127.0.0.1", "--metrics-port", str(metrics_port)],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"127.0.0.1:{grpc_port}"
-    asyncio.run(wait_ready(url, process, 120))
-    time.sleep(2.0)  # every worker up (the supervisor opens the metrics port after the last one)
+    asyncio.run(wait_ready(url, process, 600))
+    # every worker up: the supervisor opens the metrics port after the last one has loaded its models (a load
+    # started earlier would put its connections on the first workers only)
+    deadline = time.monotonic() + 600
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5):
+                break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the server's workers did not all start (log: {log_path})")
+            time.sleep(0.5)  # another process: nothing to wait on but its port
     return process, url
 
 

@@ -91,6 +91,15 @@ else
     "${BENCH_FLAGS[@]}" || STATUS=1
 fi
 
+if [ -n "${GPU_CHECK_SCALE:-}" ]; then
+  # the scale check with worker processes (bench/gpu_scale.py); GPU_CHECK_SCALE=1 bash scripts/gpu_check.sh, or
+  # alone in a second device call: python -m bench.gpu_scale --device cuda --out $OUT/gpu_scale.json
+  step "scale check: streams held with 1, 4 and 16 workers"
+  SCALE_FLAGS=(--device "$DEVICE" --out "$OUT_DIR/gpu_scale.json")
+  [ "$DEVICE" = cpu ] && SCALE_FLAGS+=(--workers 1,2 --start 2 --max-streams 4 --seconds 2)
+  timeout "${GPU_CHECK_SCALE_S:-540}" "$PY" -m bench.gpu_scale "${SCALE_FLAGS[@]}" || STATUS=1
+fi
+
 step "done: status $STATUS"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv 2>/dev/null || true
 exit $STATUS

@@ -34,7 +34,8 @@ SLOW_PATHS = (
     "tests/compat/", "tests/analyzer/", "tests/e2e/", "tests/frontends/", "tests/gpu/", "tests/deploy/",
     "tests/server/test_workers.py", "tests/faults/test_parameter_fuzz.py", "tests/scripts/test_build_model_repo.py",
     "tests/scripts/test_openvino_repo.py", "tests/scripts/test_train.py", "tests/scripts/test_relay_leg.py",
-    "tests/scripts/test_gen_corpus.py", "tests/scripts/test_eval.py", "tests/asr/test_training.py",
+    "tests/scripts/test_gen_corpus.py", "tests/scripts/test_eval.py", "tests/scripts/test_gpu_scale.py",
+    "tests/asr/test_training.py",
     "tests/asr/test_export.py", "tests/asr/test_wenet_parity.py", "tests/client/test_live.py",
 )
 
