@@ -277,11 +277,8 @@ def _wenet_export_dirs(tmp_path: Path) -> list[Path]:
 async def _served_transcripts_match_wenet(running, repo: Path) -> None:
     """The repository serves both pipelines, and their transcripts are WeNet's attention-rescoring results for
     onnx_tiny's recorded audio (offline decode, and simulate_streaming with chunk 16 / 4 left chunks)."""
-    import tritonclient.grpc.aio as aioclient
-
     from asr_server.asr.units import SymbolTable, tokens_to_text
-    from asr_client.offline import recognize
-    from asr_client.streaming import StreamingClient, StreamOptions
+    from tests.helpers.served import served_transcripts
 
     served = np.load(FIXTURES / "onnx_tiny" / "served.npz")
     symbols = SymbolTable.load(FIXTURES / "onnx_tiny" / "units.txt")
@@ -290,18 +287,10 @@ async def _served_transcripts_match_wenet(running, repo: Path) -> None:
         return tokens_to_text(symbols.ids_to_tokens(tokens(served[key][0])))
 
     samples = served["wav"].astype(np.float32) / 32768.0
-    async with running(repo, allow_http=False) as server:
-        url = f"127.0.0.1:{server.grpc_port}"
-        client = aioclient.InferenceServerClient(url)
-        try:
-            offline = await recognize(client, samples, timeout_s=60)
-        finally:
-            await client.close()
-        async with StreamingClient(url, StreamOptions(chunk_ms=640)) as streaming:
-            streamed = await streaming.transcribe(samples)
+    offline, streamed = await served_transcripts(running, repo, samples)
     assert text("offline_rescoring_tokens")  # a transcript to compare, not two empty strings
-    assert offline.text == text("offline_rescoring_tokens")
-    assert streamed.text == text("stream_rescoring_tokens")
+    assert offline == text("offline_rescoring_tokens")
+    assert streamed == text("stream_rescoring_tokens")
 
 
 def _build_model_repo(*args: str) -> None:

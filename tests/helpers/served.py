@@ -33,3 +33,20 @@ async def check_add_sub_batched(server, model: str) -> dict:
     finally:
         await grpc.close()
         await http.close()
+
+
+async def served_transcripts(running, repo, samples: np.ndarray) -> tuple[str, str]:
+    """(offline transcript, final streaming transcript in 640 ms chunks) of `samples` from a server on `repo`."""
+    from asr_client.offline import recognize
+    from asr_client.streaming import StreamingClient, StreamOptions
+
+    async with running(repo, allow_http=False) as server:
+        url = f"127.0.0.1:{server.grpc_port}"
+        client = grpc_aio.InferenceServerClient(url)
+        try:
+            offline = await recognize(client, samples, timeout_s=60)
+        finally:
+            await client.close()
+        async with StreamingClient(url, StreamOptions(chunk_ms=640)) as streaming:
+            streamed = await streaming.transcribe(samples)
+    return offline.text, streamed.text

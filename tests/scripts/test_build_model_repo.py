@@ -14,14 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import tritonclient.grpc.aio as aioclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_client.audio import load_audio
-from asr_client.offline import recognize
 from asr_client.streaming import StreamingClient, StreamOptions
 from tests.conftest import ROOT
+from tests.helpers.served import served_transcripts
 
 MODEL_DIR = ROOT / "models" / "demo_en"
 DATA = ROOT / "tests" / "data" / "demo_utts"
@@ -52,18 +51,8 @@ def reference() -> tuple:
 
 
 async def transcripts(running, repo: Path) -> tuple[str, str]:
-    """(offline transcript, final streaming transcript) from a server on `repo` alone."""
-    samples, _ = reference()
-    async with running(repo, allow_http=False) as server:
-        url = f"127.0.0.1:{server.grpc_port}"
-        client = aioclient.InferenceServerClient(url)
-        try:
-            offline = await recognize(client, samples, timeout_s=60)
-        finally:
-            await client.close()
-        async with StreamingClient(url, StreamOptions(chunk_ms=640)) as streaming:
-            streamed = await streaming.transcribe(samples)
-    return offline.text, streamed.text
+    """(offline transcript, final streaming transcript) of the reference utterance from a server on `repo`."""
+    return await served_transcripts(running, repo, reference()[0])
 
 
 def test_repository_is_self_contained(tmp_path):
