@@ -21,7 +21,7 @@ from ..decoding.hotwords import Hotwords
 from ..units import Tokenizer
 from ..windows import WindowConfig
 from .pipeline import DecodingSettings, Rescorer, SequenceKey, rescore_nbests
-from .stream_state import EndedSegment, Stream, Streams, StreamState
+from .stream_state import EndedSegment, Streams, StreamState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +78,26 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+@dataclasses.dataclass
+class _Batch:
+    """The working set of one step() call, by chunk index."""
+
+    chunks: list[StreamChunk]
+    now: float
+    results: list = dataclasses.field(default_factory=list)  # a transcript or a StreamFailed, per chunk
+    states: list = dataclasses.field(default_factory=list)  # each chunk's StreamState (None: refused)
+    details: list = dataclasses.field(default_factory=list)  # DETAILS dicts of the chunks that asked
+    ended: list = dataclasses.field(default_factory=list)  # EndedSegments of each chunk, waiting for rescoring
+    rounds: list = dataclasses.field(default_factory=list)  # round r: [(chunk index, state, r-th new window)]
+    used: list = dataclasses.field(default_factory=list)  # the streams this step touched
+    end_sent: set = dataclasses.field(default_factory=set)  # chunks whose END window reached the encoder
+
+    def __post_init__(self) -> None:
+        n = len(self.chunks)
+        self.results, self.states, self.details = [None] * n, [None] * n, [None] * n
+        self.ended = [[] for _ in range(n)]
+
+
 class StreamingScorer:
     """Per-sequence windows, CTC prefix beam search carried across chunks, rescoring on END."""
 
@@ -113,99 +133,117 @@ class StreamingScorer:
         decoder call) fails that sequence's chunk and stream, never the other sequences of the batch."""
         now = time.monotonic()
         self.streams.sweep(now)
-        self.last_details = [None] * len(chunks)
-        pending: list[list[EncoderJob]] = []
-        states: list[Optional[StreamState]] = [None] * len(chunks)
-        used: list[Stream] = []
-        results: list[Union[str, StreamFailed, None]] = [None] * len(chunks)
-        ended: list[list[EndedSegment]] = [[] for _ in chunks]
-        for i, chunk in enumerate(chunks):
+        batch = _Batch(list(chunks), now)
+        self._admit(batch)
+        self._run_rounds(batch, run_encoder)
+        self._answer(batch, self._finish_segments(batch, rescorer))
+        # A stream is idle from when its last chunk was answered, not from when that chunk's step began: a slow
+        # step (the first one compiles the search kernels, seconds on a cold cache) must not make the next
+        # chunk, which arrived in time, find its stream dropped.
+        done = time.monotonic()
+        for stream in batch.used:
+            stream.last_seen = done
+        self._close_encoder_sequences(
+            [i for i in range(len(chunks)) if isinstance(batch.results[i], StreamFailed)
+             and batch.states[i] is not None and batch.states[i].windows_sent > 0 and i not in batch.end_sent],
+            batch.chunks, run_encoder)
+        self.last_details = batch.details
+        return batch.results
+
+    # ---- the phases of a step ------------------------------------------------------------------------
+    def _admit(self, batch: "_Batch") -> None:
+        """Each chunk's stream (made on START; a chunk of a stream this scorer does not hold is refused) and the
+        encoder windows its frames complete, queued by round."""
+        now = batch.now
+        for i, chunk in enumerate(batch.chunks):
             if chunk.start:
                 stream = self.streams.open(chunk.key, now)
                 stream.failed = None
                 try:
                     stream.decoding = self._new_stream(chunk)
                 except ValueError as exc:  # bad per-request options: this stream fails alone
-                    results[i] = self._fail(chunk, str(exc), now, code="INVALID_ARG")
+                    batch.results[i] = self._fail(chunk, str(exc), now, code="INVALID_ARG")
                     continue
             stream = self.streams.get(chunk.key)
             state = None if stream is None else stream.decoding
             if state is None:
-                results[i] = self._refuse(chunk, now)
+                batch.results[i] = self._refuse(chunk, now)
                 continue
             stream.last_seen = now
-            used.append(stream)
-            states[i] = state
+            batch.used.append(stream)
+            batch.states[i] = state
             try:
                 jobs = self._windows(state, chunk)
             except Exception as exc:  # noqa: BLE001 - e.g. frames of the wrong shape: this stream fails alone
-                results[i] = self._fail(chunk, _reason(exc), now)
+                batch.results[i] = self._fail(chunk, _reason(exc), now)
                 continue
             for index, (window, valid) in enumerate(jobs):
                 job = EncoderJob(chunk.key, window, valid, start=state.windows_sent == 0,
                                  end=chunk.end and index == len(jobs) - 1)
                 state.windows_sent += 1
-                if index >= len(pending):
-                    pending.append([])
-                pending[index].append((i, state, job))
-        end_sent: set[int] = set()  # chunks whose END window reached the encoder (which then frees its state)
-        for round_jobs in pending:
-            live = [(i, state, job) for i, state, job in round_jobs if results[i] is None]
+                if index >= len(batch.rounds):
+                    batch.rounds.append([])
+                batch.rounds[index].append((i, state, job))
+
+    def _run_rounds(self, batch: "_Batch", run_encoder: EncoderRunner) -> None:
+        """Round r runs the r-th new window of every live stream in one encoder call; the search consumes it."""
+        for round_jobs in batch.rounds:
+            live = [(i, state, job) for i, state, job in round_jobs if batch.results[i] is None]
             if not live:
                 continue
-            end_sent.update(i for i, _, job in live if job.end)
+            batch.end_sent.update(i for i, _, job in live if job.end)
             try:
                 outs = run_encoder([job for _, _, job in live])
             except Exception as exc:  # noqa: BLE001 - fails the streams of this round, not the batch
                 outs = [exc] * len(live)
             for (i, state, job), result in zip(live, outs):
                 if isinstance(result, Exception):
-                    results[i] = self._fail(chunks[i], _reason(result), now)
+                    batch.results[i] = self._fail(batch.chunks[i], _reason(result), batch.now)
                     continue
                 n = int(result.valid) if job.valid > 0 else 0
                 if n:
                     try:
-                        self._consume(state, result, n, ended[i], job.window)
+                        self._consume(state, result, n, batch.ended[i], job.window)
                     except Exception as exc:  # noqa: BLE001 - e.g. a malformed encoder output: this stream alone
-                        results[i] = self._fail(chunks[i], _reason(exc), now)
+                        batch.results[i] = self._fail(batch.chunks[i], _reason(exc), batch.now)
+
+    def _finish_segments(self, batch: "_Batch", rescorer: Optional[Rescorer]) -> dict:
+        """Close the ended streams' last segments and rescore every segment that ended in this step ->
+        {chunk index: [(segment, final tokens)]}; the finals' texts are appended to their streams."""
+        chunks, results = batch.chunks, batch.results
         for i in [i for i in range(len(chunks)) if results[i] is None and chunks[i].end]:
-            state = states[i]
+            state = batch.states[i]
             # after an endpoint, a tail without a token is not a segment of its own
             segment = state.end_segment(self.encoder_dim, keep=state.segment == 0 or bool(
                 state.search.best().tokens))
             if segment is not None:
-                ended[i].append(segment)
+                batch.ended[i].append(segment)
             self.streams.release(chunks[i].key, "decoding")
         final_of = self._finish_streams(
-            {i: ended[i] for i in range(len(chunks)) if results[i] is None and ended[i]}, rescorer)
-        for i, outcome in final_of.items():
+            {i: batch.ended[i] for i in range(len(chunks)) if results[i] is None and batch.ended[i]}, rescorer)
+        for i, outcome in list(final_of.items()):
             if isinstance(outcome, Exception):
-                results[i] = self._fail(chunks[i], _reason(outcome), now)
+                results[i] = self._fail(chunks[i], _reason(outcome), batch.now)
+                del final_of[i]
                 continue
             for _, hyp in outcome:
                 text = self.tokenizer.decode(hyp)
                 if text or not chunks[i].end:
-                    states[i].finals.append(text)
-        for i in [i for i in range(len(chunks)) if results[i] is None]:
-            state, chunk = states[i], chunks[i]
+                    batch.states[i].finals.append(text)
+        return final_of
+
+    def _answer(self, batch: "_Batch", final_of: dict) -> None:
+        """Each live chunk's transcript: the stream's finals and the current partial; DETAILS when asked."""
+        for i in [i for i in range(len(batch.chunks)) if batch.results[i] is None]:
+            state, chunk = batch.states[i], batch.chunks[i]
             partial = () if chunk.end else state.search.best().tokens
             texts = [*state.finals, self.tokenizer.decode(partial)]
-            results[i] = " ".join(t for t in texts if t)
+            batch.results[i] = " ".join(t for t in texts if t)
             if chunk.want_details:
                 try:
-                    self.last_details[i] = self._details(state, chunk, partial, final_of.get(i, []))
+                    batch.details[i] = self._details(state, chunk, partial, final_of.get(i, []))
                 except Exception as exc:  # noqa: BLE001 - this chunk alone fails
-                    results[i] = self._fail(chunk, _reason(exc), now)
-        # A stream is idle from when its last chunk was answered, not from when that chunk's step began: a slow
-        # step (the first one compiles the search kernels, seconds on a cold cache) must not make the next
-        # chunk, which arrived in time, find its stream dropped.
-        done = time.monotonic()
-        for stream in used:
-            stream.last_seen = done
-        self._close_encoder_sequences(
-            [i for i in range(len(chunks)) if isinstance(results[i], StreamFailed) and states[i] is not None
-             and states[i].windows_sent > 0 and i not in end_sent], chunks, run_encoder)
-        return results
+                    batch.results[i] = self._fail(chunk, _reason(exc), batch.now)
 
     def _close_encoder_sequences(self, failed: list[int], chunks: list[StreamChunk], run_encoder) -> None:
         """Streams that failed here with their encoder sequence still open get an END-only window, so the
