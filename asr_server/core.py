@@ -157,6 +157,21 @@ class InferenceCore:
         if forward and self.peers is not None:
             await self.peers.unload(name, unload_dependents)
 
+    # ---- system shared memory -------------------------------------------------------------------
+    async def register_shared_memory(self, name: str, key: str, offset: int, byte_size: int,
+                                     forward: bool = True) -> None:
+        """Register a region here, and with --workers on the other workers too (a client's requests may reach
+        any of them)."""
+        self.shared_memory.register(name, key, offset, byte_size)
+        if forward and self.peers is not None:
+            await self.peers.register_shared_memory(name, key, offset, byte_size)
+
+    async def unregister_shared_memory(self, name: str, forward: bool = True) -> None:
+        """Unregister one region ('' for all) here, and on the other workers."""
+        self.shared_memory.unregister(name)
+        if forward and self.peers is not None:
+            await self.peers.unregister_shared_memory(name)
+
     # ---- inference ------------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
         """One request, one response (ModelInfer)."""

@@ -8,9 +8,9 @@ are used beyond one interpreter lock (as gunicorn and uvicorn run workers).
   connection's error: clients see UNAVAILABLE, never a silent restart), serves the metrics port with every
   worker's metrics labelled `worker="i"`, and on SIGTERM/SIGINT stops them all (each drains as one server does).
 - Each worker also listens on a private 127.0.0.1 gRPC port and writes it, with its private metrics port, to a
-  registry folder. A model load or unload a client sends reaches one worker; that worker forwards it to its
-  siblings' private ports (marked as forwarded, so that it goes no further), so every worker serves the same
-  models. A restarted worker first loads what a sibling has ready.
+  registry folder. A model load or unload, or a shared-memory registration, a client sends reaches one worker;
+  that worker forwards it to its siblings' private ports (marked as forwarded, so that it goes no further), so
+  every worker serves the same models and regions. A restarted worker first loads what a sibling has ready.
 
 When it helps: the Python around each request (conversion, scheduling, the python models' code) runs under
 one interpreter lock per process; workers multiply it. `instance_count` adds model instances inside one
@@ -98,6 +98,12 @@ class SiblingControl:
 
     async def unload(self, name: str, unload_dependents: bool) -> None:
         await self._each(lambda c, h: c.unload_model(name, headers=h, unload_dependents=unload_dependents))
+
+    async def register_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        await self._each(lambda c, h: c.register_system_shared_memory(name, key, byte_size, offset, headers=h))
+
+    async def unregister_shared_memory(self, name: str) -> None:
+        await self._each(lambda c, h: c.unregister_system_shared_memory(name, headers=h))
 
     async def ready_models(self) -> list[str]:
         """What a sibling serves (for a restarted worker to catch up), or [] when none answers."""

@@ -255,12 +255,13 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @unary
     async def SystemSharedMemoryRegister(self, request, context):
-        self.core.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        await self.core.register_shared_memory(request.name, request.key, request.offset, request.byte_size,
+                                               forward=not _forwarded(context))
         return pb.SystemSharedMemoryRegisterResponse()
 
     @unary
     async def SystemSharedMemoryUnregister(self, request, context):
-        self.core.shared_memory.unregister(request.name)
+        await self.core.unregister_shared_memory(request.name, forward=not _forwarded(context))
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @unary

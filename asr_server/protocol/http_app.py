@@ -185,11 +185,11 @@ class HttpService:
 
     async def shm_register(self, request: web.Request) -> web.Response:
         key, offset, byte_size = hc.shared_memory_register_from_json(await _json_body(request))
-        self.core.shared_memory.register(request.match_info["region"], key, offset, byte_size)
+        await self.core.register_shared_memory(request.match_info["region"], key, offset, byte_size)
         return web.Response(status=200)
 
     async def shm_unregister(self, request: web.Request) -> web.Response:
-        self.core.shared_memory.unregister(request.match_info.get("region", ""))
+        await self.core.unregister_shared_memory(request.match_info.get("region", ""))
         return web.Response(status=200)
 
     # ---- CUDA shared memory: there is no CUDA device to share -----------------------------------

@@ -207,3 +207,27 @@ async def test_polling_reaches_every_worker(repo, tmp_path):
         assert ready == [True] * WORKERS
     finally:
         workers.stop()
+
+
+async def test_a_shared_memory_region_is_registered_on_every_worker(repo, tmp_path):
+    """A client registers a region on one connection and may send requests naming it on another, which can
+    reach another worker: registration (and unregistration) goes to every worker."""
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/workers_test_{os.getpid()}"
+    handle = shm.create_shared_memory_region("region", key, 64)
+    workers = Workers(repo, tmp_path, "add_sub")
+    try:
+        async with aioclient.InferenceServerClient(workers.url) as client:
+            await client.register_system_shared_memory("region", key, 64)
+
+        async def regions(c):
+            return sorted((await c.get_system_shared_memory_status(as_json=True)).get("regions", {}))
+
+        assert await on_each_worker(workers, regions) == [["region"]] * WORKERS
+        async with aioclient.InferenceServerClient(workers.url) as client:
+            await client.unregister_system_shared_memory("region")
+        assert await on_each_worker(workers, regions) == [[]] * WORKERS
+    finally:
+        workers.stop()
+        shm.destroy_shared_memory_region(handle)
