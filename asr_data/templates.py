@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import random
 
-from asr_data.spoken import ONES, cardinal as say_number  # 0..9999 in words, no 'and' (as espeak reads them)
+from asr_data.spoken import DAYS, MONTHS, ONES, cardinal as say_number  # numbers 0..9999 without 'and'
 
 NAMES = ("anna", "ben", "carla", "david", "emma", "frank", "grace", "henry", "lucy", "mark", "nina", "oscar",
          "paul", "rosa", "sam", "tom", "maria", "john", "kate", "peter")
-DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-          "november", "december")
 PLACES = ("the station", "the office", "the park", "the library", "the market", "the school", "the hospital",
           "the airport", "the bank", "the shop", "the kitchen", "the garden", "the beach", "the hotel",
           "the museum", "the city centre", "the bus stop", "the cinema", "the restaurant", "home")
