@@ -116,17 +116,20 @@ def command(settings: PerfSettings, url: str, model: str, workload: Workload, po
     return args + list(settings.extra_args)
 
 
-UNSTABLE = "Failed to obtain stable measurement"  # perf_analyzer's words; it suggests a longer interval
+# perf_analyzer's words for a point whose windows were too short for this machine; both advise longer ones.
+UNSTABLE = "Failed to obtain stable measurement"
+NO_REQUESTS = "No valid requests recorded within time interval"  # a cold model's first request outlasted a window
 
 
 def measure(settings: PerfSettings, url: str, model: str, workload: Workload, point: LoadPoint) -> PerfMetrics:
     """Run perf_analyzer at one load point and return its metrics; PerfError when it fails. A point it calls
-    unstable (a window with a hiccup on a busy machine, even at stability 999%) is measured once more with
-    windows twice as long, as its message advises."""
+    unstable (a window with a hiccup on a busy machine, even at stability 999%) or whose window saw no request
+    complete (a freshly loaded model's first request on a busy machine) is measured once more with windows
+    twice as long, as its message advises."""
     try:
         return _measure_once(settings, url, model, workload, point)
     except PerfError as exc:
-        if UNSTABLE not in str(exc):
+        if UNSTABLE not in str(exc) and NO_REQUESTS not in str(exc):
             raise
     longer = dataclasses.replace(settings, measurement_interval_ms=2 * settings.measurement_interval_ms)
     return _measure_once(longer, url, model, workload, point)

@@ -189,7 +189,7 @@ def test_a_sequence_model_is_measured_with_sequences_and_its_oldest_strategy_is_
 
 def test_the_help_example_runs_as_printed(tmp_path, capsys):
     """The example in --help, on the bundled repository; only its budget is cut (one candidate, one load; a
-    5 s window, since a 2 s one saw no request complete once in a full-suite run)."""
+    5 s window; a window that sees no request complete is measured again with a longer one)."""
     from asr_server.analyzer.cli import build_parser
 
     help_text = build_parser().format_help()
