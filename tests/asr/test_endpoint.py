@@ -92,8 +92,9 @@ def stream(scorer, frames_per_chunk, n_fbank, parameters, script, details=True, 
         size = min(frames_per_chunk, n_fbank - pos)
         chunk = StreamChunk(9, fbank[pos:pos + size], start=index == 0, end=pos + size >= n_fbank,
                             parameters=parameters if index == 0 else {}, want_details=details)
-        texts += scorer.step([chunk], encoder, rescorer=None)
-        infos.append(scorer.last_details[0])
+        answer = scorer.step([chunk], encoder, rescorer=None)[0]
+        texts.append(answer.text)
+        infos.append(answer.details)
         pos, index = pos + size, index + 1
     return texts, infos
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from asr_server.asr.serving.pipeline import DecodingSettings
-from asr_server.asr.serving.streaming_scorer import EncoderResult, StreamChunk, StreamingScorer
+from asr_server.asr.serving.streaming_scorer import ChunkTranscript, EncoderResult, StreamChunk, StreamingScorer
 from asr_server.asr.serving.stream_state import FrameWindower
 from asr_server.asr.windows import WindowConfig
 from asr_server.asr.units import SymbolTable, Tokenizer
@@ -72,7 +72,7 @@ def run_stream(scorer, key, frames, chunking, encoder):
     for index, size in enumerate(chunking):
         last = index == len(chunking) - 1
         chunk = StreamChunk(key, frames[pos:pos + size], start=index == 0, end=last)
-        texts += scorer.step([chunk], encoder)
+        texts += [answer.text for answer in scorer.step([chunk], encoder)]
         pos += size
     return texts
 
@@ -144,10 +144,10 @@ def test_a_failed_chunk_fails_its_stream_until_end_and_never_restarts_it_silentl
     frames = np.ones((16, DIM), np.float32)  # one window (stride 16) per chunk
     opening = np.ones((WINDOW.window, DIM), np.float32)
     first = scorer.step([StreamChunk(1, opening, True, False), StreamChunk(2, opening, True, False)], encoder)
-    assert all(isinstance(t, str) for t in first)
+    assert all(isinstance(t, ChunkTranscript) for t in first)
     second = scorer.step([StreamChunk(1, frames, False, False), StreamChunk(2, frames, False, False)], encoder)
     assert isinstance(second[0], StreamFailed) and "Gather" in second[0].message
-    assert isinstance(second[1], str)  # the other stream of the batch goes on
+    assert isinstance(second[1], ChunkTranscript)  # the other stream of the batch goes on
     # the failed stream's encoder sequence is closed at once (an END-only window), not left to its idle limit
     assert encoder.jobs[-1] == [(1, False, True, 0)]
     later = scorer.step([StreamChunk(1, frames, False, False)], encoder)[0]
@@ -156,7 +156,7 @@ def test_a_failed_chunk_fails_its_stream_until_end_and_never_restarts_it_silentl
     assert isinstance(end, StreamFailed)  # END never answers "successfully" with part of the audio
     assert 1 not in scorer.failed and 1 not in scorer.streams  # END frees it
     restarted = scorer.step([StreamChunk(1, frames, True, True)], encoder)[0]
-    assert isinstance(restarted, str)  # a new START begins a new stream
+    assert isinstance(restarted, ChunkTranscript)  # a new START begins a new stream
     assert set(scorer.streams) == {2}
 
 
@@ -189,7 +189,7 @@ def test_a_stream_past_the_rescoring_bound_keeps_bounded_memory_and_ends_on_its_
     finals = scorer.step([StreamChunk(1, long[100:], False, True), StreamChunk(2, short[:0], False, True)],
                          encoder, rescorer)
     assert len(rescored) == 1 and len(rescored[0]) == 1  # one rescoring call, for stream 2 only
-    assert isinstance(finals[0], str) and finals[0].startswith(best)
+    assert finals[0].text.startswith(best)
 
 
 def test_a_chunk_that_breaks_in_the_scorer_fails_alone_and_its_batch_neighbours_go_on():

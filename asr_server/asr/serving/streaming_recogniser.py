@@ -144,22 +144,22 @@ class StreamingRecogniser:
         import triton_python_backend_utils as pb_utils
 
         try:  # a sequence whose encoder or decoder call fails comes back as a StreamFailed of its own
-            texts = self.scorer.step(chunks, self.run_encoder, self.run_decoder)
+            answers = self.scorer.step(chunks, self.run_encoder, self.run_decoder)
         except Exception as exc:  # noqa: BLE001 - a bug in step(): no stream of the batch can be trusted
             for chunk in chunks:
                 self.drop(chunk.key)
-            texts = [StreamFailed(f"{type(exc).__name__}: {exc}")] * len(chunks)
-        details = self.scorer.last_details or [None] * len(texts)
+            answers = [StreamFailed(f"{type(exc).__name__}: {exc}")] * len(chunks)
         out = []
-        for text, info in zip(texts, details):
-            if isinstance(text, StreamFailed):
-                out.append(error_response(text.message, code=text.code))
+        for answer in answers:
+            if isinstance(answer, StreamFailed):
+                out.append(error_response(answer.message, code=answer.code))
                 continue
             # A scalar, as WeNet's model returns it: with the config's `reshape { shape: [ ] }` clients see the
             # transcript as [1], which WeNet's streaming client reads with `as_numpy(...)[0].decode()`.
-            tensors = [pb_utils.Tensor(self.transcript_output, np.array(text.encode("utf-8"), dtype=np.object_))]
-            if info is not None:  # only when DETAILS is requested (an ensemble requests every output)
-                tensors.append(pb_utils.Tensor(DETAILS, np.array(to_json_bytes(info), dtype=np.object_)))
+            tensors = [pb_utils.Tensor(self.transcript_output,
+                                       np.array(answer.text.encode("utf-8"), dtype=np.object_))]
+            if answer.details is not None:  # only when DETAILS is requested (an ensemble requests every output)
+                tensors.append(pb_utils.Tensor(DETAILS, np.array(to_json_bytes(answer.details), dtype=np.object_)))
             out.append(pb_utils.InferenceResponse(tensors))
         return out
 

@@ -59,6 +59,14 @@ class StreamFailed(Exception):
 
 
 @dataclasses.dataclass(frozen=True)
+class ChunkTranscript:
+    """What one chunk is answered with: the stream's transcript so far, and DETAILS when the chunk asked."""
+
+    text: str
+    details: Optional[dict] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class StreamChunk:
     """What one request brings for one sequence."""
 
@@ -84,9 +92,8 @@ class _Batch:
 
     chunks: list[StreamChunk]
     now: float
-    results: list = dataclasses.field(default_factory=list)  # a transcript or a StreamFailed, per chunk
+    results: list = dataclasses.field(default_factory=list)  # a ChunkTranscript or a StreamFailed, per chunk
     states: list = dataclasses.field(default_factory=list)  # each chunk's StreamState (None: refused)
-    details: list = dataclasses.field(default_factory=list)  # DETAILS dicts of the chunks that asked
     ended: list = dataclasses.field(default_factory=list)  # EndedSegments of each chunk, waiting for rescoring
     rounds: list = dataclasses.field(default_factory=list)  # round r: [(chunk index, state, r-th new window)]
     used: list = dataclasses.field(default_factory=list)  # the streams this step touched
@@ -94,7 +101,7 @@ class _Batch:
 
     def __post_init__(self) -> None:
         n = len(self.chunks)
-        self.results, self.states, self.details = [None] * n, [None] * n, [None] * n
+        self.results, self.states = [None] * n, [None] * n
         self.ended = [[] for _ in range(n)]
 
 
@@ -114,17 +121,15 @@ class StreamingScorer:
         # Every stream's state (its `decoding` part here; a failed stream keeps its reason until END or a new
         # START); shared with the fbank and the inline encoder of the same model, one idle limit for all.
         self.streams = streams if streams is not None else Streams(settings.idle_seconds)
-        # DETAILS dicts of the chunks of the last step() call that asked for them (None elsewhere)
-        self.last_details: list[Optional[dict]] = []
 
     def step(self, chunks: Sequence[StreamChunk], run_encoder: EncoderRunner,
-             rescorer: Optional[Rescorer] = None) -> list[Union[str, StreamFailed]]:
-        """Advance every sequence of the batch by its new frames -> its transcript (partial, or final on END),
-        or a StreamFailed for a chunk of a stream that failed (now or earlier, until END or a new START).
+             rescorer: Optional[Rescorer] = None) -> list[Union[ChunkTranscript, StreamFailed]]:
+        """Advance every sequence of the batch by its new frames -> its ChunkTranscript (partial, or final on
+        END; with its DETAILS dict when the chunk wants them), or a StreamFailed for a chunk of a stream that
+        failed (now or earlier, until END or a new START).
 
         The transcript is the whole stream's: the final texts of the segments that ended (endpointing) and the
-        current segment's partial. ``last_details`` then holds, for every chunk with ``want_details``, its
-        DETAILS dict (None elsewhere).
+        current segment's partial.
 
         Windows of different sequences go to the encoder together, round by round: round r holds the r-th
         new window of every sequence that has one, so each sequence's windows stay in order.
@@ -147,7 +152,6 @@ class StreamingScorer:
             [i for i in range(len(chunks)) if isinstance(batch.results[i], StreamFailed)
              and batch.states[i] is not None and batch.states[i].windows_sent > 0 and i not in batch.end_sent],
             batch.chunks, run_encoder)
-        self.last_details = batch.details
         return batch.results
 
     # ---- the phases of a step ------------------------------------------------------------------------
@@ -238,12 +242,14 @@ class StreamingScorer:
             state, chunk = batch.states[i], batch.chunks[i]
             partial = () if chunk.end else state.search.best().tokens
             texts = [*state.finals, self.tokenizer.decode(partial)]
-            batch.results[i] = " ".join(t for t in texts if t)
+            details = None
             if chunk.want_details:
                 try:
-                    batch.details[i] = self._details(state, chunk, partial, final_of.get(i, []))
+                    details = self._details(state, chunk, partial, final_of.get(i, []))
                 except Exception as exc:  # noqa: BLE001 - this chunk alone fails
                     batch.results[i] = self._fail(chunk, _reason(exc), batch.now)
+                    continue
+            batch.results[i] = ChunkTranscript(" ".join(t for t in texts if t), details)
 
     def _close_encoder_sequences(self, failed: list[int], chunks: list[StreamChunk], run_encoder) -> None:
         """Streams that failed here with their encoder sequence still open get an END-only window, so the
