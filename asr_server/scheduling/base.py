@@ -77,6 +77,11 @@ class Scheduler(abc.ABC):
 class DirectScheduler(Scheduler):
     """No batching: each request runs alone on the next idle instance (Triton's default scheduler)."""
 
+    @property
+    def in_flight(self) -> int:
+        """Requests accepted and not yet answered (running, or waiting for an idle instance)."""
+        return len(self._tasks)
+
     def _submit(self, pending: Pending) -> None:
         instance = self.pool.try_acquire()
         if instance is not None:

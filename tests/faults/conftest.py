@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import numpy as np
@@ -48,10 +47,3 @@ async def outcome(coro):
         return ("error", exc.status(), exc.message())
 
 
-async def wait_until(predicate, timeout_s: float = 10.0) -> bool:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return False

@@ -14,8 +14,9 @@ import numpy as np
 import tritonclient.grpc.aio as aioclient
 
 from tests.conftest import PYTHON_MODELS, copy_model
-from tests.faults.conftest import ADD_SUB_SUM, add_sub, outcome, seconds_input, wait_until
-from tests.helpers.fault_models import crash_at_load, sleepy
+from tests.faults.conftest import ADD_SUB_SUM, add_sub, outcome, seconds_input
+from tests.helpers.fault_models import crash_at_load, executions, sleepy
+from tests.helpers.waiting import wait_until
 from tests.helpers.sequence_models import accumulator
 
 
@@ -51,7 +52,7 @@ async def test_a_hanging_model_holds_only_its_own_requests(repo: Path, running):
     async with running(repo, allow_http=False) as server:
         client = client_of(server)
         hanging = asyncio.create_task(client.infer("hang", seconds_input(1.0, batched=True), client_timeout=5))
-        await asyncio.sleep(0.1)  # the instance is busy now
+        assert await wait_until(lambda: executions(repo / "hang") == 1)  # the instance is busy now
         started = time.monotonic()
         # The client's deadline passes: DEADLINE_EXCEEDED for that caller, nothing else.
         late = await outcome(client.infer("hang", seconds_input(0.0, batched=True), client_timeout=0.2))
@@ -92,7 +93,7 @@ async def test_unload_during_traffic_answers_every_request_and_spares_other_mode
         calls = [asyncio.create_task(outcome(client.infer("sleepy", seconds_input(0.02), client_timeout=10)))
                  for _ in range(20)]
         healthy = [asyncio.create_task(add_sub(client)) for _ in range(20)]
-        await asyncio.sleep(0.1)
+        assert await wait_until(lambda: executions(repo / "sleepy") >= 2)  # traffic is running
         await client.unload_model("sleepy")
         results = await asyncio.wait_for(asyncio.gather(*calls), 15)  # no request is left hanging
         answered = [r for r in results if not isinstance(r, tuple)]
@@ -126,7 +127,8 @@ async def test_poll_mode_reload_during_traffic_drops_no_request(repo: Path, runn
         os.utime(config, (time.time() + 5, time.time() + 5))
         assert await wait_until(lambda: client.is_model_ready("add_sub", "2"))
         assert await wait_until(lambda: _not(client.is_model_ready("add_sub", "1")))
-        await asyncio.sleep(0.2)  # some traffic on the new version
+        answered = len(results)
+        assert await wait_until(lambda: len(results) >= answered + 20)  # some traffic on the new version
         stop.set()
         await asyncio.gather(*workers)
         assert len(results) > 10
@@ -143,7 +145,7 @@ async def test_client_disconnect_mid_request_frees_the_instance(repo: Path, runn
     async with running(repo, allow_http=False) as server:
         client = client_of(server)
         call = asyncio.create_task(client.infer("sleepy", seconds_input(0.5)))
-        await asyncio.sleep(0.1)
+        assert await wait_until(lambda: executions(repo / "sleepy") == 1)
         call.cancel()  # the client goes away while its request runs
         await asyncio.gather(call, return_exceptions=True)
         assert await add_sub(client) == ADD_SUB_SUM

@@ -11,7 +11,8 @@ import numpy as np
 import tritonclient.grpc.aio as aioclient
 
 from tests.faults.conftest import ADD_SUB_SUM, add_sub, outcome, seconds_input
-from tests.helpers.fault_models import sleepy
+from tests.helpers.fault_models import executions, sleepy
+from tests.helpers.waiting import wait_until
 from tests.helpers.sequence_models import accumulator
 
 MAX_SEQUENCES = 'parameters { key: "max_sequences" value { string_value: "%s" } }\n'
@@ -63,10 +64,10 @@ async def test_requests_beyond_max_queue_size_are_refused_and_the_rest_answered(
     async with running(repo, allow_http=False) as server:
         client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
         running_call = asyncio.create_task(client.infer("sleepy", seconds_input(0.5, batched=True)))
-        await asyncio.sleep(0.1)  # the instance is busy: the next requests queue
+        assert await wait_until(lambda: executions(repo / "sleepy") == 1)  # the instance is busy: the next queue
         queued = [asyncio.create_task(outcome(client.infer("sleepy", seconds_input(0.0, batched=True))))
                   for _ in range(2)]
-        await asyncio.sleep(0.05)
+        assert await wait_until(lambda: server.manager.get("sleepy").scheduler.queued == 2)
         over = await outcome(client.infer("sleepy", seconds_input(0.0, batched=True)))
         assert over == ("error", "StatusCode.UNAVAILABLE", "Exceeds maximum queue size"), over
         assert await add_sub(client) == ADD_SUB_SUM

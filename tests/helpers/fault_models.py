@@ -2,6 +2,8 @@
 
 - `sleepy`: sleeps SECONDS (FP32 [1]) in execute, then answers it back as OUT: a slow or hanging model
   (bounded, so a test never leaves a thread behind for long). Optional dynamic batching with a queue policy.
+  Each execute() first appends a byte to `started` in the model's folder: `executions(folder)` tells a test
+  that the instance is busy now, where a sleep could only guess.
 - `crash_at_load`: initialize() raises.
 """
 
@@ -10,13 +12,19 @@ from __future__ import annotations
 from pathlib import Path
 
 SLEEPY_PY = """
+import os
 import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        self.started = os.path.join(args["model_repository"], "started")
+
     def execute(self, requests):
+        with open(self.started, "ab") as marker:
+            marker.write(b".")
         responses = []
         for request in requests:
             seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
@@ -49,6 +57,12 @@ def sleepy(repo: Path, name: str = "sleepy", batching: str = "") -> Path:
     (folder / "config.pbtxt").write_text(config)
     (folder / "1" / "model.py").write_text(SLEEPY_PY)
     return folder
+
+
+def executions(folder: Path) -> int:
+    """How many times a `sleepy` model in `folder` has begun execute() (each batch counts once)."""
+    marker = folder / "started"
+    return marker.stat().st_size if marker.exists() else 0
 
 
 def crash_at_load(repo: Path, name: str = "crash_at_load") -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import shutil
@@ -13,12 +12,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 
 from asr_server.cli import build_parser, settings_from_args
 from tests.conftest import BUNDLED_REPO, ROOT, copy_model
+from tests.helpers.waiting import wait_until
 
 
 def test_flags_map_to_settings():
@@ -110,22 +109,13 @@ def test_help_gives_every_option_a_meaning_and_its_default():
     assert "(default: 8001)" in text and "(default: 30.0)" in text
 
 
-async def wait_until(predicate, timeout_s: float = 20.0) -> bool:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while asyncio.get_running_loop().time() < deadline:
-        if await predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return False
-
-
 async def test_poll_mode_loads_new_reloads_changed_and_unloads_removed_models(tmp_path: Path, running):
     copy_model(tmp_path, BUNDLED_REPO / "add_sub")
     async with running(tmp_path, allow_http=False, model_control_mode="poll", repository_poll_secs=0.1) as server:
         client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
         assert await client.is_model_ready("add_sub")
         copy_model(tmp_path, BUNDLED_REPO / "identity_fp32")
-        assert await wait_until(lambda: client.is_model_ready("identity_fp32"))
+        assert await wait_until(lambda: client.is_model_ready("identity_fp32"), 20)
         # A changed config is picked up: max_batch_size 8 -> 4.
         config = tmp_path / "identity_fp32" / "config.pbtxt"
         config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
@@ -134,13 +124,13 @@ async def test_poll_mode_loads_new_reloads_changed_and_unloads_removed_models(tm
         async def reloaded():
             return (await client.get_model_config("identity_fp32", as_json=True))["config"]["max_batch_size"] == 4
 
-        assert await wait_until(reloaded)
+        assert await wait_until(reloaded, 20)
         shutil.rmtree(tmp_path / "add_sub")
 
         async def gone():
             return not await client.is_model_ready("add_sub")
 
-        assert await wait_until(gone)
+        assert await wait_until(gone, 20)
         await client.close()
 
 

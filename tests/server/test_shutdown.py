@@ -13,6 +13,7 @@ import tritonclient.grpc.aio as aioclient
 from asr_server.server import Server
 from tests.conftest import BUNDLED_REPO, copy_model, local_settings
 from tests.helpers.fault_models import sleepy
+from tests.helpers.waiting import wait_until
 
 GRACE_S = 8.0  # --exit-timeout-secs in these tests; stopping must take far less with idle streams open
 SLOW_S = 1.0  # how long the in-flight request runs
@@ -63,7 +64,10 @@ async def test_stop_closes_idle_streams_and_answers_requests_in_flight(tmp_path:
         busy = asyncio.create_task(idle_stream(
             clients[1], [{"model_name": "sleepy", "inputs": sleepy_inputs(SLOW_S)}], busy_got))
         unary = asyncio.create_task(clients[2].infer("sleepy", sleepy_inputs(0.0)))
-        await asyncio.sleep(0.3)  # both requests are in the server now (the unary one queued behind the stream's)
+        # both requests are in the server (whichever came first runs, the other waits for the instance, unless
+        # the quick unary one is already answered)
+        sleepy_scheduler = server.manager.get("sleepy").scheduler
+        assert await wait_until(lambda: sleepy_scheduler.in_flight + unary.done() == 2)
         started = asyncio.get_running_loop().time()
         await server.stop()
         took = asyncio.get_running_loop().time() - started

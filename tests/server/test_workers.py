@@ -26,6 +26,7 @@ from bench.soak import free_ports
 from tests.conftest import BUNDLED_REPO, ROOT, copy_model
 from tests.faults.conftest import ADD_SUB_SUM, add_sub
 from tests.helpers.sequence_models import accumulator
+from tests.helpers.waiting import wait_until
 
 WORKERS = 2
 
@@ -178,10 +179,9 @@ async def test_a_killed_worker_is_restarted_and_its_stream_ends_with_an_error(re
                     queue.put_nowait(None)
             assert "UNAVAILABLE" in str(cut.value) or "unavailable" in str(cut.value).lower()
         workers._wait_for(rf"(worker {victim['index']}) \(pid {victim['pid']}\) exited", 30)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(
-                e["index"] == victim["index"] and e["pid"] != victim["pid"] for e in workers.entries()):
-            await asyncio.sleep(0.2)  # the new worker loads its models, then registers
+        # the new worker loads its models, then registers
+        assert await wait_until(lambda: any(e["index"] == victim["index"] and e["pid"] != victim["pid"]
+                                            for e in workers.entries()), 60, 0.2)
         assert {e["index"] for e in workers.entries()} == set(range(WORKERS))
         assert await on_each_worker(workers, add_sub) == [ADD_SUB_SUM] * WORKERS
         assert await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32")) == [True] * WORKERS
@@ -197,14 +197,11 @@ async def test_polling_reaches_every_worker(repo, tmp_path):
     try:
         assert await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32")) == [False] * WORKERS
         (tmp_path / "identity_fp32").rename(repo / "identity_fp32")
-        deadline = time.monotonic() + 30
-        ready = []
-        while time.monotonic() < deadline:
-            ready = await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32"))
-            if all(ready):
-                break
-            await asyncio.sleep(0.5)  # the next poll of each worker
-        assert ready == [True] * WORKERS
+
+        async def everywhere() -> bool:
+            return all(await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32")))
+
+        assert await wait_until(everywhere, 30, 0.5)  # each worker's next poll
     finally:
         workers.stop()
 
