@@ -22,6 +22,11 @@ gRPC. Audio is passed on in chunks of at least ``MIN_CHUNK_S`` (a microphone's 5
 cost one request each) and at most ``MAX_CHUNK_S`` (a whole file in one frame is cut). WeNet's
 ``continuous_decoding: false`` ends the utterance at its first pause, as WeNet's server does (final_result,
 speech_end); ``true`` goes on, one final_result per sentence. Shutdown closes every socket (1001).
+
+A socket's chunks go to the model as soon as they are gathered, while the answers to earlier ones are still
+being computed (as a gRPC stream's requests do), and the answers are told in order: reading the next frame only
+after the last answer had gone out made a chunk that arrived during a busy batch wait for that batch, then
+for the next one.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ MIN_CHUNK_S = 0.3  # audio gathered before a request to the model
 MAX_CHUNK_S = 10.0  # audio of one request at most (the models take at most 60 s per request)
 IDLE_S = 30.0  # a socket that sends nothing for this long is closed (sooner if the model drops idle sequences)
 MAX_MESSAGE_BYTES = 4 << 20  # one frame: 2 minutes of int16 or 1 minute of float32 audio
+MAX_IN_FLIGHT = 8  # a socket's chunks sent and not yet answered; beyond this its frames wait unread
 SESSIONS = web.AppKey("asr_websocket_sessions", set)
 
 
@@ -163,6 +169,10 @@ class SocketSession:
         self.call: Optional[StreamCall] = None
         self.pending: list[np.ndarray] = []
         self.pending_samples = 0
+        # the chunks sent to the model, in order: (its answer's task, last); the teller tells them in that order
+        self.answers: asyncio.Queue = asyncio.Queue()
+        self.room = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.teller: Optional[asyncio.Task] = None
 
     def _parameters(self, endpoint: bool) -> dict:
         params: dict = {"endpoint": endpoint}
@@ -186,6 +196,8 @@ class SocketSession:
             log.exception("websocket stream failed")
             await self._refuse("internal error")
         finally:
+            if self.teller is not None and not self.teller.done():
+                self.teller.cancel()
             if self.call is not None:
                 await self.call.abort()  # a socket that dropped or erred frees its sequence now
             if not self.ws.closed:
@@ -273,6 +285,7 @@ class SocketSession:
                                 "model with ?model=")
         details = model_has_details(self.core, self.model)
         self.call = StreamCall(self.core, self.model, self._parameters(endpoint), details=details)
+        self.teller = asyncio.get_running_loop().create_task(self._tell_in_order())
 
     async def _add(self, samples: np.ndarray) -> bool:
         """Gather audio; True when the utterance ended (WeNet's single-utterance mode at its first pause)."""
@@ -283,15 +296,60 @@ class SocketSession:
         return False
 
     async def _send(self, last: bool) -> bool:
+        """Send the gathered audio to the model (answers are told by the teller); True when the utterance is
+        over: ``last`` (once every answer is told), or the teller ended it (a pause in WeNet's single mode, an
+        error)."""
         audio = np.concatenate(self.pending) if self.pending else np.zeros(0, np.float32)
         self.pending, self.pending_samples = [], 0
         step = int(MAX_CHUNK_S * SAMPLE_RATE)
         pieces = [audio[i:i + step] for i in range(0, audio.size, step)] or [audio]
         for i, piece in enumerate(pieces):
-            final = last and i == len(pieces) - 1
-            if await self._tell(await self.call.send(piece, last=final), final):
+            if not await self._room() or self.call.ended:
                 return True
+            final = last and i == len(pieces) - 1
+            # call.send submits its request before its first await, so tasks made in order reach the model in
+            # order
+            self.answers.put_nowait((asyncio.get_running_loop().create_task(self.call.send(piece, last=final)),
+                                     final))
+        if last:
+            await asyncio.wait([self.teller])
+            return True
+        return self.teller.done()
+
+    async def _room(self) -> bool:
+        """Wait until fewer than MAX_IN_FLIGHT chunks are unanswered (the teller releases one per chunk told);
+        False if the teller ended first (nothing more will be told)."""
+        acquire = asyncio.ensure_future(self.room.acquire())
+        await asyncio.wait([acquire, self.teller], return_when=asyncio.FIRST_COMPLETED)
+        if acquire.done() and not self.teller.done():
+            return True
+        acquire.cancel()
         return False
+
+    async def _tell_in_order(self) -> None:
+        """Tell each chunk's answer in the order sent, until the utterance is over or fails; then close the
+        socket, which ends the reading loop."""
+        try:
+            while True:
+                task, last = await self.answers.get()
+                try:
+                    result = await task
+                finally:
+                    self.room.release()
+                if await self._tell(result, last):
+                    return
+        except ServerError as error:
+            await self._refuse(str(error))
+        except ConnectionError:
+            pass  # the client went away: the reading loop sees the socket closed
+        except Exception:  # noqa: BLE001 - a bug here must not leave the socket open and silent
+            log.exception("websocket stream failed")
+            await self._refuse("internal error")
+        finally:
+            for task, _ in _drain(self.answers):
+                task.cancel()
+        if not self.ws.closed:
+            await self.ws.close()
 
     async def _tell(self, result: Recognized, last: bool) -> bool:
         """Tell the client a chunk's answer; True when the utterance is over."""
@@ -312,6 +370,13 @@ class SocketSession:
 
     async def _end(self) -> None:
         await self._send(last=True)
+
+
+def _drain(queue: asyncio.Queue) -> list:
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
 
 
 async def handle_socket(core: InferenceCore, request: web.Request) -> web.WebSocketResponse:

@@ -161,3 +161,73 @@ async def test_restrictions_and_models_that_do_not_stream(running):
                 await ws.send_str(json.dumps({"signal": "start"}))
                 text = " ".join(str(m.data) for m in [m async for m in ws])
             assert "does not stream" in text
+
+
+SLOW_STREAM_CONFIG = """
+    name: "slow_stream"
+    backend: "python"
+    max_batch_size: 4
+    input [ { name: "WAV", data_type: TYPE_FP32, dims: [ -1 ] },
+            { name: "WAV_LENS", data_type: TYPE_INT32, dims: [ 1 ] } ]
+    output [ { name: "TRANSCRIPTS", data_type: TYPE_STRING, dims: [ 1 ] } ]
+    sequence_batching {
+      max_sequence_idle_microseconds: 5000000
+      %s
+    }
+    instance_group [ { kind: KIND_CPU, count: 1 } ]
+"""
+
+# Answers "chunk N" for the N-th chunk of each sequence, 0.3 s after it runs: slower than the frames come.
+SLOW_STREAM_SOURCE = '''
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.seen = {}
+
+    def execute(self, requests):
+        time.sleep(0.3)
+        responses = []
+        for request in requests:
+            key = int(pb_utils.get_input_tensor_by_name(request, "CORRID").as_numpy().reshape(-1)[0])
+            if pb_utils.get_input_tensor_by_name(request, "START").as_numpy().reshape(-1)[0]:
+                self.seen[key] = 0
+            self.seen[key] += 1
+            text = np.array([[f"chunk {self.seen[key]}".encode()]], dtype=np.object_)
+            if pb_utils.get_input_tensor_by_name(request, "END").as_numpy().reshape(-1)[0]:
+                del self.seen[key]
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("TRANSCRIPTS", text)]))
+        return responses
+'''
+
+
+async def test_a_sockets_next_chunks_reach_the_model_while_an_earlier_answer_is_computed(running, tmp_path):
+    """The socket's frames are read and sent on while the model works on an earlier chunk (as a gRPC stream's
+    requests are), at most MAX_IN_FLIGHT of them; the answers still come back in order."""
+    from asr_server.protocol.websocket_asr import MAX_IN_FLIGHT
+    from tests.helpers.sequence_models import SEQUENCE_CONTROLS, python_model
+    from tests.helpers.waiting import wait_until
+
+    python_model(tmp_path, "slow_stream", SLOW_STREAM_CONFIG % SEQUENCE_CONTROLS, SLOW_STREAM_SOURCE)
+    frames = MAX_IN_FLIGHT + 4
+    async with running(tmp_path, allow_grpc=False) as server:
+        scheduler = server.manager.get("slow_stream").scheduler
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(f"ws://127.0.0.1:{server.http_port}/?model=slow_stream") as ws:
+                for _ in range(frames):
+                    await ws.send_bytes(np.zeros(8000, "<f4").tobytes())
+                # while the first chunk runs (0.3 s), later ones wait in the model's queue, not in the socket
+                assert await wait_until(lambda: scheduler.queued >= 2, 2.0, 0.01)
+                most = 0
+                await ws.send_str("Done")
+                texts = []
+                async for message in ws:
+                    most = max(most, scheduler.queued)
+                    if message.data == "Done!":
+                        break
+                    texts.append(json.loads(message.data)["text"])
+    assert most <= MAX_IN_FLIGHT
+    assert texts == [f"chunk {i}" for i in range(1, frames + 2)]  # the frames' chunks, then Done's empty one
