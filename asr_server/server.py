@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import signal
 import socket
@@ -144,16 +145,38 @@ class Server:
             names = self.manager.repository_names() if "*" in s.load_models else list(s.load_models)
         else:
             names = self.manager.repository_names()
+        siblings = None
         if s.worker is not None and s.model_control_mode == "explicit":
-            # a restarted worker serves what its siblings were told to load since they started
-            names = list(dict.fromkeys([*names, *await self.core.peers.ready_models()]))
+            # a restarted worker serves what its siblings serve now, as they were told to since they started
+            siblings = await self.core.peers.state()
+            if siblings is not None:
+                names = list(siblings.configs)
         await self.manager.load_many(names)
+        if siblings is not None:
+            await self._match_siblings(siblings)
         failed = [e for e in self.manager.models.values() if not e.versions]
         for entry in failed:
             log.error("model '%s' is UNAVAILABLE: %s", entry.name, entry.reason)
         if failed and s.exit_on_error:
             await self.manager.shutdown()
             raise ServerError(f"failed to load all models: {', '.join(e.name for e in failed)}")
+
+    async def _match_siblings(self, siblings) -> None:
+        """Models a client loaded with its own config are loaded again with it; regions are registered."""
+        from google.protobuf import json_format
+
+        for name, config in siblings.configs.items():
+            try:
+                own = json_format.MessageToDict(self.core.model_config(name, ""), preserving_proto_field_name=True)
+            except ServerError:
+                continue  # it failed to load here: logged with the other failures
+            if own != config:
+                await self.manager.load(name, json.dumps(config))
+        for name, key, offset, byte_size in siblings.regions:
+            try:
+                self.core.shared_memory.register(name, key, offset, byte_size)
+            except ServerError as exc:  # e.g. the client removed the region since: the others still count
+                log.warning("shared memory region '%s' of the other workers not registered: %s", name, exc)
 
     async def _serve(self, app: web.Application, host: str, port: int, ssl_context=None) -> int:
         # shutdown_timeout: how long stop() waits for HTTP requests in flight (a client holding a partial

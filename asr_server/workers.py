@@ -10,7 +10,9 @@ are used beyond one interpreter lock (as gunicorn and uvicorn run workers).
 - Each worker also listens on a private 127.0.0.1 gRPC port and writes it, with its private metrics port, to a
   registry folder. A model load or unload, or a shared-memory registration, a client sends reaches one worker;
   that worker forwards it to its siblings' private ports (marked as forwarded, so that it goes no further), so
-  every worker serves the same models and regions. A restarted worker first loads what a sibling has ready.
+  every worker serves the same models and regions. A restarted worker serves what a sibling serves: the same
+  models with the same configs (one a client overrode at load included; a load that brought its own files
+  cannot be replayed and comes from the repository) and the same shared-memory regions.
 
 When it helps: the Python around each request (conversion, scheduling, the python models' code) runs under
 one interpreter lock per process; workers multiply it. `instance_count` adds model instances inside one
@@ -105,18 +107,32 @@ class SiblingControl:
     async def unregister_shared_memory(self, name: str) -> None:
         await self._each(lambda c, h: c.unregister_system_shared_memory(name, headers=h))
 
-    async def ready_models(self) -> list[str]:
-        """What a sibling serves (for a restarted worker to catch up), or [] when none answers."""
+    async def state(self) -> Optional["SiblingState"]:
+        """What a sibling serves, for a restarted worker to catch up: its READY models with their configs (a
+        config a client overrode at load included) and its shared-memory regions; None when none answers."""
         import tritonclient.grpc.aio as aioclient
 
         for entry in self._siblings():
             try:
                 async with aioclient.InferenceServerClient(f"127.0.0.1:{entry['grpc']}") as client:
                     index = await client.get_model_repository_index(as_json=True)
-                return [m["name"] for m in index.get("models", []) if m.get("state") == "READY"]
+                    names = [m["name"] for m in index.get("models", []) if m.get("state") == "READY"]
+                    configs = {}
+                    for name in dict.fromkeys(names):
+                        configs[name] = (await client.get_model_config(name, as_json=True))["config"]
+                    status = await client.get_system_shared_memory_status(as_json=True)
+                regions = [(r["name"], r["key"], int(r.get("offset", 0)), int(r["byte_size"]))
+                           for r in status.get("regions", {}).values()]
+                return SiblingState(configs, regions)
             except Exception:  # noqa: BLE001 - try the next sibling
                 continue
-        return []
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class SiblingState:
+    configs: dict  # model name -> its config as Triton's JSON (the ModelConfig endpoint's)
+    regions: list  # (name, key, offset, byte_size) of each registered system shared-memory region
 
 
 # ---- the supervisor ---------------------------------------------------------------------------------------

@@ -148,10 +148,22 @@ async def test_a_stream_stays_on_its_worker_for_hundreds_of_chunks(repo, tmp_pat
 
 
 async def test_a_killed_worker_is_restarted_and_its_stream_ends_with_an_error(repo, tmp_path):
-    workers = Workers(repo, tmp_path, "accumulator", "add_sub")
+    import tritonclient.utils.shared_memory as shm
+
+    accumulator(repo, "accumulator_spare")
+    key = f"/workers_restart_{os.getpid()}"
+    handle = shm.create_shared_memory_region("region", key, 64)
+    workers = Workers(repo, tmp_path, "accumulator", "add_sub", "accumulator_spare")
     try:
         async with aioclient.InferenceServerClient(workers.url) as client:
-            await client.load_model("identity_fp32")  # loaded after start: the restarted worker must catch up
+            # after start: a model loaded with a config of the client's, a startup model unloaded, a region
+            # registered; the restarted worker must serve what its sibling serves
+            config = (await client.get_model_config("add_sub", as_json=True))["config"]
+            config["parameters"] = {"overridden": {"string_value": "yes"}}
+            await client.load_model("add_sub", config=json.dumps(config))
+            await client.load_model("identity_fp32")
+            await client.unload_model("accumulator_spare")
+            await client.register_system_shared_memory("region", key, 64)
             queue: asyncio.Queue = asyncio.Queue()
 
             async def requests():
@@ -185,8 +197,20 @@ async def test_a_killed_worker_is_restarted_and_its_stream_ends_with_an_error(re
         assert {e["index"] for e in workers.entries()} == set(range(WORKERS))
         assert await on_each_worker(workers, add_sub) == [ADD_SUB_SUM] * WORKERS
         assert await on_each_worker(workers, lambda c: c.is_model_ready("identity_fp32")) == [True] * WORKERS
+        assert await on_each_worker(workers, lambda c: c.is_model_ready("accumulator_spare")) == [False] * WORKERS
+
+        async def override(c):
+            return (await c.get_model_config("add_sub", as_json=True))["config"].get("parameters", {})
+
+        assert await on_each_worker(workers, override) == [{"overridden": {"string_value": "yes"}}] * WORKERS
+
+        async def regions(c):
+            return sorted((await c.get_system_shared_memory_status(as_json=True)).get("regions", {}))
+
+        assert await on_each_worker(workers, regions) == [["region"]] * WORKERS
     finally:
         workers.stop()
+        shm.destroy_shared_memory_region(handle)
 
 
 async def test_polling_reaches_every_worker(repo, tmp_path):
