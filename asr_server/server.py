@@ -171,7 +171,10 @@ class Server:
             except ServerError:
                 continue  # it failed to load here: logged with the other failures
             if own != config:
-                await self.manager.load(name, json.dumps(config))
+                try:
+                    await self.manager.load(name, json.dumps(config))
+                except ServerError as exc:  # served from the repository's config: the worker must still start
+                    log.error("model '%s' keeps the repository's config, not the other workers': %s", name, exc)
         for name, key, offset, byte_size in siblings.regions:
             try:
                 self.core.shared_memory.register(name, key, offset, byte_size)

@@ -111,6 +111,7 @@ class SiblingControl:
         """What a sibling serves, for a restarted worker to catch up: its READY models with their configs (a
         config a client overrode at load included) and its shared-memory regions; None when none answers."""
         import tritonclient.grpc.aio as aioclient
+        from tritonclient.utils import InferenceServerException
 
         for entry in self._siblings():
             try:
@@ -119,7 +120,10 @@ class SiblingControl:
                     names = [m["name"] for m in index.get("models", []) if m.get("state") == "READY"]
                     configs = {}
                     for name in dict.fromkeys(names):
-                        configs[name] = (await client.get_model_config(name, as_json=True))["config"]
+                        try:
+                            configs[name] = (await client.get_model_config(name, as_json=True))["config"]
+                        except InferenceServerException:
+                            continue  # unloaded since the index was read
                     status = await client.get_system_shared_memory_status(as_json=True)
                 regions = [(r["name"], r["key"], int(r.get("offset", 0)), int(r["byte_size"]))
                            for r in status.get("regions", {}).values()]

@@ -53,6 +53,7 @@ MAX_CHUNK_S = 10.0  # audio of one request at most (the models take at most 60 s
 IDLE_S = 30.0  # a socket that sends nothing for this long is closed (sooner if the model drops idle sequences)
 MAX_MESSAGE_BYTES = 4 << 20  # one frame: 2 minutes of int16 or 1 minute of float32 audio
 MAX_IN_FLIGHT = 8  # a socket's chunks sent and not yet answered; beyond this its frames wait unread
+CLOSE_WAIT_S = 5.0  # how long a finished stream's socket may take to close (the client answers the close frame)
 SESSIONS = web.AppKey("asr_websocket_sessions", set)
 
 
@@ -173,6 +174,7 @@ class SocketSession:
         self.answers: asyncio.Queue = asyncio.Queue()
         self.room = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.teller: Optional[asyncio.Task] = None
+        self.closing = False  # the teller has ended the utterance (or failed): nothing more is sent
 
     def _parameters(self, endpoint: bool) -> dict:
         params: dict = {"endpoint": endpoint}
@@ -197,7 +199,11 @@ class SocketSession:
             await self._refuse("internal error")
         finally:
             if self.teller is not None and not self.teller.done():
+                if self.closing:  # it is closing the socket (after an error or the last answer): let it
+                    await asyncio.wait([self.teller], timeout=CLOSE_WAIT_S)
                 self.teller.cancel()
+            for task, _ in _drain(self.answers):  # chunks not yet submitted must not follow the END below
+                _forget(task)
             if self.call is not None:
                 await self.call.abort()  # a socket that dropped or erred frees its sequence now
             if not self.ws.closed:
@@ -321,7 +327,7 @@ class SocketSession:
         False if the teller ended first (nothing more will be told)."""
         acquire = asyncio.ensure_future(self.room.acquire())
         await asyncio.wait([acquire, self.teller], return_when=asyncio.FIRST_COMPLETED)
-        if acquire.done() and not self.teller.done():
+        if acquire.done() and not self.closing:
             return True
         acquire.cancel()
         return False
@@ -346,8 +352,9 @@ class SocketSession:
             log.exception("websocket stream failed")
             await self._refuse("internal error")
         finally:
+            self.closing = True
             for task, _ in _drain(self.answers):
-                task.cancel()
+                _forget(task)
         if not self.ws.closed:
             await self.ws.close()
 
@@ -370,6 +377,13 @@ class SocketSession:
 
     async def _end(self) -> None:
         await self._send(last=True)
+
+
+def _forget(task: asyncio.Task) -> None:
+    """An answer no one will tell: cancelled if still running, its error (a stream that failed on an earlier
+    chunk fails the later ones too) retrieved so that it is not reported as never retrieved."""
+    task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 def _drain(queue: asyncio.Queue) -> list:

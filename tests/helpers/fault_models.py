@@ -2,8 +2,9 @@
 
 - `sleepy`: sleeps SECONDS (FP32 [1]) in execute, then answers it back as OUT: a slow or hanging model
   (bounded, so a test never leaves a thread behind for long). Optional dynamic batching with a queue policy.
-  Each execute() first appends a byte to `started` in the model's folder: `executions(folder)` tells a test
-  that the instance is busy now, where a sleep could only guess.
+  Each execute() first appends a byte to `.<name>.started` beside the model's folder (not in it: in poll
+  mode a file changed there would reload the model): `executions(folder)` tells a test that the instance is
+  busy now, where a sleep could only guess.
 - `crash_at_load`: initialize() raises.
 """
 
@@ -20,7 +21,8 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        self.started = os.path.join(args["model_repository"], "started")
+        folder = args["model_repository"].rstrip("/")
+        self.started = os.path.join(os.path.dirname(folder), "." + os.path.basename(folder) + ".started")
 
     def execute(self, requests):
         with open(self.started, "ab") as marker:
@@ -61,7 +63,7 @@ def sleepy(repo: Path, name: str = "sleepy", batching: str = "") -> Path:
 
 def executions(folder: Path) -> int:
     """How many times a `sleepy` model in `folder` has begun execute() (each batch counts once)."""
-    marker = folder / "started"
+    marker = folder.parent / f".{folder.name}.started"
     return marker.stat().st_size if marker.exists() else 0
 
 

@@ -76,7 +76,7 @@ class StreamChunk:
     end: bool
     # the request's parameters: on START, `details` and the endpoint rules (endpoint.EndpointRules) of the stream
     parameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    want_details: bool = False  # the request asks for the DETAILS output (see StreamingScorer.last_details)
+    want_details: bool = False  # the request asks for the DETAILS output (ChunkTranscript.details)
 
 
 def _reason(exc: Exception) -> str:
