@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.asr.serving.inline_onnx import InlineStreamingEncoder, drop_inline_graphs, onnx_session
+from asr_server.asr.serving.inline_onnx import (InlineStreamingEncoder, drop_inline_graphs, onnx_session,
+                                               shared_onnx_session)
 from asr_server.asr.serving.streaming_scorer import EncoderJob
 from tests.helpers.asr_repos import ONNX_DIR, exported
 
@@ -101,30 +102,22 @@ def test_idle_sequences_are_forgotten(session):
     assert encoder.caches == {}
 
 
-def test_the_arena_is_shrunk_once_per_interval_and_the_numbers_stay(session):
-    """After a burst the arena would keep its peak: one run per shrink_every_s ends with shrinkage."""
-    class Recording:  # the real session, noting the run options of each call
-        def __init__(self):
-            self.options = []
+def test_served_sessions_have_no_arena_and_give_the_arena_sessions_numbers(session, tmp_path):
+    """onnxruntime's CPU arena would keep a burst's peak for good: the server's inline sessions run without
+    one (bench/arena_shrink.py), with the same outputs."""
+    import shutil
 
-        def get_inputs(self):
-            return session.get_inputs()
-
-        def run(self, names, feeds, run_options=None):
-            self.options.append(run_options)
-            return session.run(names, feeds, run_options)
-
+    graph = tmp_path / "streaming_encoder.onnx"
+    shutil.copy(ONNX_DIR / "streaming_encoder.onnx", graph)
+    served = shared_onnx_session(graph)
+    assert served.get_session_options().enable_cpu_mem_arena is False
+    assert onnx_session(graph).get_session_options().enable_cpu_mem_arena is True  # the library's default
     shape = session.get_inputs()[0].shape[1:]
-    now = [100.0]
-    recording = Recording()
-    encoder = InlineStreamingEncoder(recording, idle_seconds=60.0, clock=lambda: now[0], shrink_every_s=10.0)
     frames = windows(5, 4, shape)
     got = []
-    for i, step in enumerate([0, 4, 7, 4]):  # runs at 100, 104, 111, 115: only the one at 111 shrinks
-        now[0] += step
+    encoder = InlineStreamingEncoder(served, idle_seconds=60.0)
+    for i in range(4):
         got.append(encoder([EncoderJob(1, frames[i], 67, start=i == 0, end=i == 3)])[0].topk_log_probs)
-    shrunk = [o is not None for o in recording.options]
-    assert shrunk == [False, False, True, False]
     for mine, ref in zip(got, reference(session, frames, [67] * 4)):
         np.testing.assert_allclose(mine, ref, rtol=1e-4, atol=1e-4)
 
@@ -172,8 +165,6 @@ def test_instances_of_a_process_share_a_graphs_session_while_it_is_in_use(tmp_pa
     import gc
     import shutil
     import weakref
-
-    from asr_server.asr.serving.inline_onnx import shared_onnx_session
 
     graph = tmp_path / "streaming_encoder.onnx"
     shutil.copy(ONNX_DIR / "streaming_encoder.onnx", graph)

@@ -61,15 +61,14 @@ def repository_without_inline_graphs(repo: Path) -> list[str]:
     return changed
 
 
-ARENA_SHRINK_EVERY_S = 10.0  # seconds between runs of the streaming encoder that hand its arena's spare memory back
-
-
-def onnx_session(path: Path, threads: int = 1):
+def onnx_session(path: Path, threads: int = 1, arena: bool = True):
     """An onnxruntime CPU session as the onnxruntime backend makes one: ``threads`` intra-op threads, one
-    inter-op thread, no spinning (spinning threads would burn the cores other models need)."""
+    inter-op thread, no spinning (spinning threads would burn the cores other models need); ``arena``: False
+    allocates each tensor from the C allocator rather than onnxruntime's CPU arena."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    options.enable_cpu_mem_arena = arena
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -90,16 +89,20 @@ def shared_onnx_session(path: Path, threads: int = 1):
     onnxruntime's ``run`` may be called from several threads at once; one session keeps one copy of the
     weights, touched by every instance's calls, so fewer of them come back cold after an idle gap (two
     threads calling a shared session at batch 2 every 40 ms: 9% less CPU than a session each, two runs).
-    With more intra-op threads each instance keeps its own session: concurrent calls would share one pool."""
+    With more intra-op threads each instance keeps its own session: concurrent calls would share one pool.
+
+    No arena: onnxruntime's CPU arena keeps the largest batch's memory (a burst of streams) for good, and
+    shrinking it now and then handed back only part of it in the served process; without it each tensor goes
+    back to the C allocator when the run ends, for the same CPU per round (bench/arena_shrink.py)."""
     if threads != 1:
-        return onnx_session(path, threads)
+        return onnx_session(path, threads, arena=False)
     real = Path(path).resolve()
     stat = real.stat()
     key = (str(real), stat.st_size, stat.st_mtime_ns)
     with _SHARED_LOCK:
         session = _SHARED.get(key)
         if session is None:
-            session = onnx_session(real, 1)
+            session = onnx_session(real, 1, arena=False)
             _SHARED[key] = session
         return session
 
@@ -112,17 +115,11 @@ class InlineStreamingEncoder:
     one batch; if that call fails, each window runs alone so that only a bad one fails."""
 
     def __init__(self, session, idle_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic,
-                 shrink_every_s: float = ARENA_SHRINK_EVERY_S, streams: Optional[Streams] = None) -> None:
+                 streams: Optional[Streams] = None) -> None:
         self.session = session
         # each sequence's caches are the `encoder_cache` part of its stream (shared with the scorer's state)
         self.streams = streams if streams is not None else Streams(idle_seconds, clock)
         self.clock = clock
-        # onnxruntime's arena keeps the memory of the largest batch it ever ran (a burst of streams) for good.
-        # A run that ends with shrinkage hands the unused part back; once every shrink_every_s, not every
-        # chunk, so that steady traffic does not pay for allocating its working memory again on each run.
-        self.shrink_every_s = shrink_every_s
-        self._shrunk_at = clock()
-        self._shrink_options = None
         inputs = {i.name: i for i in session.get_inputs()}
         missing = [n for n in ("chunk_xs", "chunk_lens") if n not in inputs]
         if missing:
@@ -180,7 +177,7 @@ class InlineStreamingEncoder:
         for name in self.state_names:
             # a lone sequence's caches go in as they are (a row of the last output: contiguous, no copy)
             feeds[name] = states[0][name][None] if len(jobs) == 1 else np.stack([state[name] for state in states])
-        outputs = dict(zip(self.output_names, self.session.run(self.output_names, feeds, self._run_options(now))))
+        outputs = dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
         results = []
         for b, job in enumerate(jobs):
             if job.end:
@@ -191,18 +188,6 @@ class InlineStreamingEncoder:
             results.append(EncoderResult(outputs["log_probs"][b], outputs["log_probs_idx"][b],
                                          outputs["chunk_out"][b], int(outputs["chunk_out_lens"].reshape(-1)[b])))
         return results
-
-    def _run_options(self, now: float):
-        """RunOptions that shrink the arena after this run, once every shrink_every_s; else None."""
-        if now - self._shrunk_at < self.shrink_every_s:
-            return None
-        self._shrunk_at = now
-        if self._shrink_options is None:
-            import onnxruntime as ort
-
-            self._shrink_options = ort.RunOptions()
-            self._shrink_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-        return self._shrink_options
 
     def _empty(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         return np.zeros((0, 1), np.float32), np.zeros((0, 1), np.int64), np.zeros((0, 1), np.float32), 0
