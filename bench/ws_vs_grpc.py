@@ -4,11 +4,12 @@ the gRPC path's).
 
     python -m bench.ws_vs_grpc --streams 64 --seconds 20
 
-S streams per protocol, each the demo utterances end to end (cut to --seconds), sent in 0.5 s chunks at the
-speed of speech, starts staggered over one chunk. WebSocket speaks sherpa-onnx's dialect (float32 frames, one
+S streams per protocol, each the demo utterances end to end (cut to --seconds; stream i starts i/S of the way
+into them, wrapping round, unless --lockstep), sent in 0.5 s chunks at the speed of speech, starts staggered over
+one chunk. WebSocket speaks sherpa-onnx's dialect (float32 frames, one
 JSON reply per frame: the chunk latency is frame sent -> its reply); gRPC is asr_client's StreamingClient with
-the same 0.5 s chunks. Server CPU comes from /proc (the server runs in its own process); each protocol's run
-gets a fresh server. Prints p50/p99 chunk latency, server CPU-s per audio-s and the ratio.
+the same 0.5 s chunks and the same decoding (endpointing, DETAILS with every chunk, as the dialects ask).
+Server CPU comes from /proc (the server runs in its own process); each protocol's run gets a fresh server. Prints p50/p99 chunk latency, server CPU-s per audio-s and the ratio.
 """
 
 from __future__ import annotations
@@ -95,13 +96,15 @@ async def grpc_stream(port: int, audio: np.ndarray, delay: float, latencies: lis
     from asr_client.streaming import StreamingClient, StreamOptions
 
     await asyncio.sleep(delay)
-    options = StreamOptions(chunk_ms=CHUNK_S * 1000, realtime=True)
+    # the decoding the WebSocket dialects ask for: endpointing (segments end and are rescored at pauses) and
+    # DETAILS with every chunk, so that the two protocols carry the same work
+    options = StreamOptions(chunk_ms=CHUNK_S * 1000, realtime=True, parameters={"endpoint": True}, details=True)
     async with StreamingClient(f"127.0.0.1:{port}", options) as client:
         result = await client.transcribe(audio)
     latencies.extend(p.latency_s for p in result.partials[:-1])
 
 
-def run(protocol: str, streams: int, audio: np.ndarray, repo: str) -> dict:
+def run(protocol: str, streams: int, audio: np.ndarray, repo: str, lockstep: bool = False) -> dict:
     ctx = mp.get_context("spawn")
     ports = ctx.Queue()
     proc = ctx.Process(target=serve, args=(repo, ports), daemon=True)
@@ -112,8 +115,14 @@ def run(protocol: str, streams: int, audio: np.ndarray, repo: str) -> dict:
         stream = ws_stream if protocol == "websocket" else grpc_stream
         port = http_port if protocol == "websocket" else grpc_port
 
+        def audio_of(i: int) -> np.ndarray:
+            # Stream i starts i/S of the way into the audio (wrapping round), so that the streams do not all
+            # reach the same pause, and end the same segment, within one chunk; --lockstep: all the same audio.
+            return audio if lockstep else np.roll(audio, -(i * audio.size) // streams)
+
         async def main():
-            await asyncio.gather(*(stream(port, audio, CHUNK_S * i / streams, latencies) for i in range(streams)))
+            await asyncio.gather(*(stream(port, audio_of(i), CHUNK_S * i / streams, latencies)
+                                   for i in range(streams)))
 
         async def warm_up():  # compiled kernels, first batches: two short streams, not measured
             await asyncio.gather(*(stream(port, audio[: 4 * RATE], 0, []) for _ in range(2)))
@@ -137,9 +146,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=20.0, help="audio per stream")
     ap.add_argument("--repo", default=str(ROOT / "model_repo"))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--lockstep", action="store_true",
+                    help="every stream the same audio from its start (staggered by one chunk at most): their pauses, "
+                         "endpoints and rescorings all fall within the same half second")
     args = ap.parse_args(argv)
     audio = utterance_audio(args.seconds)
-    rows = [run(p, args.streams, audio, args.repo) for p in ("grpc", "websocket")]
+    rows = [run(p, args.streams, audio, args.repo, args.lockstep) for p in ("grpc", "websocket")]
     for r in rows:
         print(f"{r['protocol']:9s} {r['streams']} streams: chunk latency p50 {r['p50_ms']:.0f} ms, p99 "
               f"{r['p99_ms']:.0f} ms ({r['chunks']} chunks); server CPU {r['cpu_per_audio_s']:.4f} s per audio-s")
