@@ -24,9 +24,8 @@ cost one request each) and at most ``MAX_CHUNK_S`` (a whole file in one frame is
 speech_end); ``true`` goes on, one final_result per sentence. Shutdown closes every socket (1001).
 
 A socket's chunks go to the model as soon as they are gathered, while the answers to earlier ones are still
-being computed (as a gRPC stream's requests do), and the answers are told in order: reading the next frame only
-after the last answer had gone out made a chunk that arrived during a busy batch wait for that batch, then
-for the next one.
+being computed (as a gRPC stream's requests do), and the answers are told in order (at most MAX_IN_FLIGHT
+unanswered; beyond that the socket's frames wait unread).
 """
 
 from __future__ import annotations

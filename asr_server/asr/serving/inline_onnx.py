@@ -93,7 +93,8 @@ def shared_onnx_session(path: Path, threads: int = 1):
 
     No arena: onnxruntime's CPU arena keeps the largest batch's memory (a burst of streams) for good, and
     shrinking it now and then handed back only part of it in the served process; without it each tensor goes
-    back to the C allocator when the run ends, for the same CPU per round (bench/arena_shrink.py)."""
+    back to the C allocator when the run ends, for a little more CPU per round (bench/arena_shrink.py has the
+    figures)."""
     if threads != 1:
         return onnx_session(path, threads, arena=False)
     real = Path(path).resolve()
