@@ -6,7 +6,8 @@ repository, and everything the next leg needs goes back into it.
     git add models/open_en_wip && git commit               # the leg counts once its state is on main
 
 A leg: make this leg's data (``gen_corpus.py leg``, deterministic from the leg number, bounded by
---data-minutes; an earlier run's data folder is reused when it is there) -> train from the committed weights for
+--data-minutes; an earlier run's data folder is reused when it is there; --with-earlier-legs adds earlier legs'
+data still on this machine) -> train from the committed weights for
 --train-minutes (``train.py --init-from``; Adam's moments are not carried, they re-warm over --rewarm-steps at
 the schedule's learning rate) -> evaluate on the fixed splits -> write the state folder:
 
@@ -80,6 +81,32 @@ def make_data(leg: int, minutes: float, seed: int) -> Path:
     run([tts, "scripts/gen_corpus.py", "leg", "--leg", leg, "--minutes", minutes, "--jobs", os.cpu_count() or 2,
          "--seed", seed])
     return train
+
+
+def with_earlier_legs(leg: int, train: Path) -> Path:
+    """This leg's split joined with the utterances of earlier legs' splits whose audio is still on this machine
+    (a machine that kept its data folder need not spend a leg's first half hour on synthesis for fresh variety:
+    a short new batch plus what earlier legs made). Utterance ids are unique across legs (each leg draws its
+    own index range) and the game's lines, in every leg, are taken once. Written to legs/leg<N>/train_all."""
+    rows: dict[str, dict[str, str]] = {}
+    for n in [leg, *range(leg - 1, 0, -1)]:
+        folder = ROOT / "legs" / f"leg{n}" / "train"
+        if not (folder / "text").exists():
+            continue
+        tables = {name: dict(line.split(maxsplit=1) for line in (folder / name).read_text().splitlines())
+                  for name in ("wav.scp", "text", "utt2dur", "utt2spk")}
+        kept = 0
+        for utt, path in tables["wav.scp"].items():
+            if utt in rows or not Path(path).exists():
+                continue
+            rows[utt] = {name: table[utt] for name, table in tables.items()}
+            kept += 1
+        print(f"leg {n}'s split: {kept} utterances taken", flush=True)
+    out = ROOT / "legs" / f"leg{leg}" / "train_all"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("wav.scp", "text", "utt2dur", "utt2spk"):
+        (out / name).write_text("".join(f"{utt} {row[name]}\n" for utt, row in sorted(rows.items())))
+    return out
 
 
 def band_limited_copy(src: Path, dst: Path, rate: int = 8000) -> Path:
@@ -192,6 +219,9 @@ def main(argv=None) -> int:
                     help="evaluate this model dir on the relay's splits and stop")
     ap.add_argument("--adopt", type=Path, default=None, metavar="MODEL_DIR",
                     help="record a leg trained elsewhere (a GPU leg): evaluate it and make it the state")
+    ap.add_argument("--with-earlier-legs", action="store_true",
+                    help="train on this leg's data plus earlier legs' data still on this machine (pair it with a "
+                         "shorter --data-minutes)")
     args = ap.parse_args(argv)
 
     state_path = args.state / "relay.json"
@@ -205,6 +235,8 @@ def main(argv=None) -> int:
         return adopt(args.state, state, args.adopt)
     leg = state["leg"] + 1
     data = make_data(leg, args.data_minutes, state["seed"])
+    if args.with_earlier_legs:
+        data = with_earlier_legs(leg, data)
     data_h = sum(float(line.split()[1]) for line in (data / "utt2dur").read_text().splitlines()) / 3600
     t0 = time.time()
     exp = train(state, leg, data, args.train_minutes, args.state)

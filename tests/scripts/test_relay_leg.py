@@ -44,3 +44,30 @@ def test_the_first_leg_continues_the_bundled_model():
     if committed.exists():  # a later leg's state names the same network and schedule
         saved = json.loads(committed.read_text())
         assert saved["network"] == net and saved["leg"] >= 1 and saved["step"] > state["step"]
+
+
+def _split(folder, rows):
+    """A Kaldi split with rows (utt, wav path, text); wavs are empty files (only their existence counts here)."""
+    folder.mkdir(parents=True)
+    for name, column in (("wav.scp", 1), ("text", 2)):
+        (folder / name).write_text("".join(f"{row[0]} {row[column]}\n" for row in rows))
+    (folder / "utt2dur").write_text("".join(f"{row[0]} 1.5\n" for row in rows))
+    (folder / "utt2spk").write_text("".join(f"{row[0]} s{row[0][-1]}\n" for row in rows))
+    for row in rows:
+        if "gone" not in str(row[1]):
+            row[1].touch()
+
+
+def test_a_leg_with_earlier_legs_takes_their_surviving_audio_once(tmp_path, monkeypatch):
+    relay = load_script("relay_leg")
+    monkeypatch.setattr(relay, "ROOT", tmp_path)
+    legs = tmp_path / "legs"
+    game = (tmp_path / "game_1.wav", "a game line")
+    _split(legs / "leg1" / "train", [("syn_1", tmp_path / "a1.wav", "one"), ("syn_2", tmp_path / "gone.wav", "two"),
+                                     ("game_1", *game)])
+    _split(legs / "leg3" / "train", [("syn_9", tmp_path / "a9.wav", "nine"), ("game_1", *game)])
+    out = relay.with_earlier_legs(3, legs / "leg3" / "train")
+    texts = (out / "text").read_text().splitlines()
+    assert texts == ["game_1 a game line", "syn_1 one", "syn_9 nine"]  # leg 2 absent, leg 1's lost wav left out
+    assert len((out / "wav.scp").read_text().splitlines()) == 3
+    assert (out / "utt2spk").read_text().splitlines()[1] == "syn_1 s1"
