@@ -135,6 +135,26 @@ def measure(settings: PerfSettings, url: str, model: str, workload: Workload, po
     return _measure_once(longer, url, model, workload, point)
 
 
+WARM_UP_REQUESTS = 2  # sent to a freshly loaded model before its first measured window
+
+
+def warm_up(settings: PerfSettings, url: str, model: str, workload: Workload) -> Optional[str]:
+    """A few requests to a freshly loaded model, not measured: its first ones (ONNX Runtime's first runs, the
+    python models' set-up) can outlast a whole window, which perf_analyzer then rejects as holding no valid
+    request. perf_analyzer's own count mode (--request-count) sends them, with the measured run's data.
+    Sequence workloads are left out: a count cut short would leave a sequence open on the server, holding a
+    slot through the first window. The error message when the warm-up failed (the measured run will tell)."""
+    if workload.sequence:
+        return None
+    warm = dataclasses.replace(settings, extra_args=(*settings.extra_args, "--request-count",
+                                                     str(WARM_UP_REQUESTS)))
+    try:
+        _measure_once(warm, url, model, workload, LoadPoint(concurrency=1))
+    except PerfError as exc:
+        return str(exc)
+    return None
+
+
 def _measure_once(settings: PerfSettings, url: str, model: str, workload: Workload, point: LoadPoint
                   ) -> PerfMetrics:
     env = dict(os.environ)

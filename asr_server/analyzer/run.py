@@ -199,14 +199,18 @@ class Analyzer:
         self._warm_up()
 
     def _warm_up(self) -> None:
-        """Paced streams measure from the first chunk, so the first requests to freshly loaded models (ONNX
-        Runtime's first runs, per-sequence set-up) would land in the first point's p99: a short paced run
-        first, not recorded. perf_analyzer's own windows already repeat until they agree."""
+        """The first requests to freshly loaded models (ONNX Runtime's first runs, per-sequence set-up) are
+        slow: paced streams measure from the first chunk, so they would land in the first point's p99, and a
+        perf_analyzer window that sees none of them complete fails the point. A short run first, not recorded."""
         if self.o.objective == objectives.PACED_STREAMS:
             from asr_server.analyzer.paced import run_paced
 
             run_paced(self.control.url, self.o.model, self._utterances(), WARM_UP_STREAMS, WARM_UP_SECONDS,
                       self.o.chunk_ms)
+            return
+        error = perf.warm_up(self.perf, self.control.url, self.o.model, self.workload)
+        if error:
+            log.info("warm-up of '%s' failed (the measurement will say why): %s", self.o.model, error)
 
     # ---- measuring ------------------------------------------------------------------------------------
     def evaluate(self, candidate: Candidate) -> tuple:

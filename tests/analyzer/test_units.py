@@ -233,3 +233,29 @@ printf 'Concurrency,Inferences/Second,p50 latency,p90 latency,p95 latency,p99 la
     with pytest.raises(perf.PerfError, match="connection refused"):
         perf.measure(perf.PerfSettings(Path(other)), "127.0.0.1:1", "m", perf.Workload(),
                      perf.LoadPoint(concurrency=4))
+
+
+def test_a_freshly_loaded_model_is_warmed_by_a_counted_run_unless_it_takes_sequences(tmp_path):
+    """The warm-up is perf_analyzer in count mode at concurrency 1 with the measured run's data; its failure is
+    returned, not raised (the measured run will report it); sequence workloads get none (a count cut short
+    would leave a sequence open on the server)."""
+    from pathlib import Path
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "perf_analyzer"
+    fake.write_text(f"""#!/usr/bin/env bash
+echo "$@" >> {calls}
+csv=$(sed -E 's/.* -f ([^ ]+).*/\\1/' <<<"$*")
+printf 'Concurrency,Inferences/Second,p50 latency,p90 latency,p95 latency,p99 latency\\n1,9,1,1,1,1\\n' > "$csv"
+""")
+    fake.chmod(0o755)
+    workload = perf.Workload(input_args=("--input-data", "audio.json"))
+    assert perf.warm_up(perf.PerfSettings(Path(fake)), "127.0.0.1:1", "m", workload) is None
+    line = calls.read_text().strip()
+    assert "--request-count 2" in line and "--concurrency-range 1" in line and "--input-data audio.json" in line
+    assert perf.warm_up(perf.PerfSettings(Path(fake)), "127.0.0.1:1", "m", perf.Workload(sequence=True)) is None
+    assert len(calls.read_text().splitlines()) == 1
+    broken = tmp_path / "broken"
+    broken.write_text("#!/usr/bin/env bash\necho 'connection refused'; exit 1\n")
+    broken.chmod(0o755)
+    assert "connection refused" in perf.warm_up(perf.PerfSettings(Path(broken)), "127.0.0.1:1", "m", workload)
