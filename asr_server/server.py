@@ -50,6 +50,7 @@ class Server:
         self._web_runners: list[web.AppRunner] = []
         self._poll_task: Optional[asyncio.Task] = None
         self._stopped = asyncio.Event()
+        self._copied_siblings = False  # a (re)started worker that began from another worker's state
 
     # ---- start ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -113,6 +114,8 @@ class Server:
             from asr_server.workers import write_entry
 
             write_entry(worker, self.private_grpc_port, self.metrics_port)
+            if self._copied_siblings:
+                await self._catch_up()
         gc_freeze.settle()
 
     @staticmethod
@@ -151,6 +154,7 @@ class Server:
             siblings = await self.core.peers.state()
             if siblings is not None:
                 names = list(siblings.configs)
+                self._copied_siblings = True
         await self.manager.load_many(names)
         if siblings is not None:
             await self._match_siblings(siblings)
@@ -161,25 +165,51 @@ class Server:
             await self.manager.shutdown()
             raise ServerError(f"failed to load all models: {', '.join(e.name for e in failed)}")
 
-    async def _match_siblings(self, siblings) -> None:
-        """Models a client loaded with its own config are loaded again with it; regions are registered."""
+    async def _match_siblings(self, siblings, all_changes: bool = False) -> None:
+        """Models a client loaded with its own config are loaded again with it; regions are registered.
+        ``all_changes``: also load what siblings serve and this worker does not, unload what they stopped
+        serving, and drop regions they dropped (the catch-up after this worker registered)."""
         from google.protobuf import json_format
 
         for name, config in siblings.configs.items():
             try:
                 own = json_format.MessageToDict(self.core.model_config(name, ""), preserving_proto_field_name=True)
             except ServerError:
-                continue  # it failed to load here: logged with the other failures
+                if not all_changes:
+                    continue  # it failed to load here: logged with the other failures
+                own = None  # loaded by a client while this worker was loading
             if own != config:
                 try:
                     await self.manager.load(name, json.dumps(config))
                 except ServerError as exc:  # served from the repository's config: the worker must still start
                     log.error("model '%s' keeps the repository's config, not the other workers': %s", name, exc)
+        if all_changes:
+            for name in [n for n, e in self.manager.models.items() if e.versions and n not in siblings.configs]:
+                try:
+                    await self.manager.unload(name)
+                except ServerError as exc:
+                    log.error("model '%s', unloaded by the other workers, stays loaded here: %s", name, exc)
+            kept = {region[0] for region in siblings.regions}
+            for region in self.core.shared_memory.status():
+                if region.name not in kept:
+                    self.core.shared_memory.unregister(region.name)
+        registered = {region.name for region in self.core.shared_memory.status()}
         for name, key, offset, byte_size in siblings.regions:
+            if name in registered:
+                continue
             try:
                 self.core.shared_memory.register(name, key, offset, byte_size)
             except ServerError as exc:  # e.g. the client removed the region since: the others still count
                 log.warning("shared memory region '%s' of the other workers not registered: %s", name, exc)
+
+    async def _catch_up(self) -> None:
+        """A restarted worker read its siblings' state before loading, which takes seconds to minutes; model
+        control and region changes made meanwhile went to the siblings alone (this worker was not yet in the
+        registry). Now that it is, later changes are forwarded here; the ones made during the load are read
+        once more and applied."""
+        siblings = await self.core.peers.state()
+        if siblings is not None:
+            await self._match_siblings(siblings, all_changes=True)
 
     async def _serve(self, app: web.Application, host: str, port: int, ssl_context=None) -> int:
         # shutdown_timeout: how long stop() waits for HTTP requests in flight (a client holding a partial

@@ -6,6 +6,8 @@
   mode a file changed there would reload the model): `executions(folder)` tells a test that the instance is
   busy now, where a sleep could only guess.
 - `crash_at_load`: initialize() raises.
+- `gated_load`: initialize() appends a byte to `.<name>.loading` beside the model's folder, then waits (60 s at
+  most) until a gate file exists: a load that lasts exactly as long as a test needs (`loads(folder)` counts).
 """
 
 from __future__ import annotations
@@ -45,6 +47,29 @@ class TritonPythonModel:
 """
 
 
+GATED_LOAD_PY = """
+import os
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+GATE = {gate!r}
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        folder = args["model_repository"].rstrip("/")
+        with open(os.path.join(os.path.dirname(folder), "." + os.path.basename(folder) + ".loading"), "ab") as f:
+            f.write(b".")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(GATE) and time.monotonic() < deadline:
+            time.sleep(0.05)  # another process opens the gate: nothing to wait on but the file
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", np.zeros(1, np.float32))]) for _ in requests]
+"""
+
+
 def sleepy(repo: Path, name: str = "sleepy", batching: str = "") -> Path:
     """`batching`: a dynamic_batching { ... } body; given, the model batches (max_batch_size 4)."""
     folder = repo / name
@@ -76,3 +101,21 @@ def crash_at_load(repo: Path, name: str = "crash_at_load") -> Path:
         'output [ { name: "Y", data_type: TYPE_FP32, dims: [ 1 ] } ]\n')
     (folder / "1" / "model.py").write_text(CRASH_AT_LOAD_PY)
     return folder
+
+
+def gated_load(repo: Path, gate: Path, name: str = "gated_load") -> Path:
+    """A model whose every load waits until the file `gate` exists."""
+    folder = repo / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]\n'
+        'output [ { name: "Y", data_type: TYPE_FP32, dims: [ 1 ] } ]\n')
+    (folder / "1" / "model.py").write_text(GATED_LOAD_PY.format(gate=str(gate)))
+    return folder
+
+
+def loads(folder: Path) -> int:
+    """How many times a `gated_load` model in `folder` has begun loading (in any process)."""
+    marker = folder.parent / f".{folder.name}.loading"
+    return marker.stat().st_size if marker.exists() else 0

@@ -25,6 +25,7 @@ from tritonclient.utils import InferenceServerException
 from bench.soak import free_ports
 from tests.conftest import BUNDLED_REPO, ROOT, copy_model
 from tests.faults.conftest import ADD_SUB_SUM, add_sub
+from tests.helpers.fault_models import gated_load, loads
 from tests.helpers.sequence_models import accumulator
 from tests.helpers.waiting import wait_until
 
@@ -208,6 +209,48 @@ async def test_a_killed_worker_is_restarted_and_its_stream_ends_with_an_error(re
             return sorted((await c.get_system_shared_memory_status(as_json=True)).get("regions", {}))
 
         assert await on_each_worker(workers, regions) == [["region"]] * WORKERS
+    finally:
+        workers.stop()
+        shm.destroy_shared_memory_region(handle)
+
+
+async def test_model_control_during_a_restarted_workers_load_reaches_it(repo, tmp_path):
+    """A restarted worker copies a sibling's state, then loads for as long as its models take; a load, an unload
+    and a region made meanwhile reach only the sibling (the new worker is not yet in the registry). Once the
+    new worker registers, it catches up with them."""
+    import tritonclient.utils.shared_memory as shm
+
+    accumulator(repo, "accumulator_spare")
+    gate = tmp_path / "gate"
+    gate.touch()
+    slow = gated_load(repo, gate)
+    key = f"/workers_catch_up_{os.getpid()}"
+    handle = shm.create_shared_memory_region("late_region", key, 64)
+    workers = Workers(repo, tmp_path, "gated_load", "add_sub", "accumulator_spare")
+    try:
+        assert loads(slow) == WORKERS
+        gate.unlink()
+        victim = workers.entries()[0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        # the new worker has read its sibling's state and is loading: it waits at the gate
+        assert await wait_until(lambda: loads(slow) == WORKERS + 1, 60, 0.1), workers.log()
+        async with aioclient.InferenceServerClient(workers.url) as client:  # reaches the surviving worker
+            await client.unload_model("accumulator_spare")
+            await client.load_model("identity_fp32")
+            await client.register_system_shared_memory("late_region", key, 64)
+        gate.touch()
+        assert await wait_until(lambda: any(e["index"] == victim["index"] and e["pid"] != victim["pid"]
+                                            for e in workers.entries()), 60, 0.2)
+
+        async def serves(c):
+            regions = sorted((await c.get_system_shared_memory_status(as_json=True)).get("regions", {}))
+            return (await c.is_model_ready("identity_fp32"), await c.is_model_ready("accumulator_spare"), regions)
+
+        # the catch-up runs right after the new worker registers
+        async def caught_up():
+            return await on_each_worker(workers, serves) == [(True, False, ["late_region"])] * WORKERS
+
+        assert await wait_until(caught_up, 30, 0.2), workers.log()
     finally:
         workers.stop()
         shm.destroy_shared_memory_region(handle)
