@@ -87,8 +87,11 @@ def with_earlier_legs(leg: int, train: Path) -> Path:
     """This leg's split joined with the utterances of earlier legs' splits whose audio is still on this machine
     (a machine that kept its data folder need not spend a leg's first half hour on synthesis for fresh variety:
     a short new batch plus what earlier legs made). Utterance ids are unique across legs (each leg draws its
-    own index range) and the game's lines, in every leg, are taken once. Written to legs/leg<N>/train_all."""
+    own index range) and the game's lines, in every leg, are taken once. The real speech (the lines every
+    leg's split shares) is then repeated until it is at least half of the utterances, as in a leg's own split,
+    so that the extra synthetic variety does not dilute it. Written to legs/leg<N>/train_all."""
     rows: dict[str, dict[str, str]] = {}
+    splits: list[set[str]] = []
     for n in [leg, *range(leg - 1, 0, -1)]:
         folder = ROOT / "legs" / f"leg{n}" / "train"
         if not (folder / "text").exists():
@@ -96,12 +99,19 @@ def with_earlier_legs(leg: int, train: Path) -> Path:
         tables = {name: dict(line.split(maxsplit=1) for line in (folder / name).read_text().splitlines())
                   for name in ("wav.scp", "text", "utt2dur", "utt2spk")}
         kept = 0
+        splits.append(set(tables["wav.scp"]))
         for utt, path in tables["wav.scp"].items():
             if utt in rows or not Path(path).exists():
                 continue
             rows[utt] = {name: table[utt] for name, table in tables.items()}
             kept += 1
         print(f"leg {n}'s split: {kept} utterances taken", flush=True)
+    real = sorted(set.intersection(*splits) & set(rows)) if len(splits) > 1 else []
+    if real:
+        repeats = max(1, -(-(len(rows) - len(real)) // len(real)))  # ceil(synthetic / real)
+        for copy in range(2, repeats + 1):
+            rows.update({f"{utt}_r{copy}": rows[utt] for utt in real})
+        print(f"real speech: {len(real)} utterances, each {repeats} times", flush=True)
     out = ROOT / "legs" / f"leg{leg}" / "train_all"
     out.mkdir(parents=True, exist_ok=True)
     for name in ("wav.scp", "text", "utt2dur", "utt2spk"):

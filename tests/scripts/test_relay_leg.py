@@ -68,6 +68,7 @@ def test_a_leg_with_earlier_legs_takes_their_surviving_audio_once(tmp_path, monk
     _split(legs / "leg3" / "train", [("syn_9", tmp_path / "a9.wav", "nine"), ("game_1", *game)])
     out = relay.with_earlier_legs(3, legs / "leg3" / "train")
     texts = (out / "text").read_text().splitlines()
-    assert texts == ["game_1 a game line", "syn_1 one", "syn_9 nine"]  # leg 2 absent, leg 1's lost wav left out
-    assert len((out / "wav.scp").read_text().splitlines()) == 3
-    assert (out / "utt2spk").read_text().splitlines()[1] == "syn_1 s1"
+    # leg 2 absent, leg 1's lost wav left out; the game line (in every leg's split) repeated to half the data
+    assert texts == ["game_1 a game line", "game_1_r2 a game line", "syn_1 one", "syn_9 nine"]
+    assert len((out / "wav.scp").read_text().splitlines()) == 4
+    assert (out / "utt2spk").read_text().splitlines()[2] == "syn_1 s1"
