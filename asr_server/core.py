@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import AsyncIterator, Optional
+from typing import AsyncIterator, Callable, Optional, Union
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -202,6 +202,26 @@ class InferenceCore:
                 item.final = final if isinstance(item, InferResponse) else True
             yield item
 
+    def submit(self, request: InferRequest, on_answer: Callable[[Union[InferResponse, ServerError]], None]) -> None:
+        """One request of a model with one response per request, answered through ``on_answer`` (its response
+        or its error) on the loop thread: what `stream` does for such a model without a task, a queue and two
+        async generators per request (the gRPC stream's per-chunk path). Raises ServerError when the request
+        is refused before it is queued; the caller checks that the model is not decoupled."""
+        loaded = self.manager.get(request.model_name, request.model_version)
+
+        def delivered(item: Delivery, final: bool) -> None:
+            if isinstance(item, InferResponse):
+                try:
+                    item = self._finish(loaded, request, item)
+                    item.final = True
+                except ServerError as error:
+                    item = error
+            elif item is None:
+                item = ServerError("model sent no response", ErrorCode.INTERNAL)
+            on_answer(item)
+
+        self._submit(loaded, request, ResponseChannel(asyncio.get_running_loop(), delivered))
+
     async def infer_all(self, request: InferRequest) -> list[InferResponse]:
         """Every response of a request, for in-process callers (BLS, ensembles); raises the first error."""
         responses = []
@@ -212,14 +232,15 @@ class InferenceCore:
                 responses.append(item)
         return responses
 
-    def _submit(self, loaded: LoadedVersion, request: InferRequest) -> ResponseChannel:
+    def _submit(self, loaded: LoadedVersion, request: InferRequest,
+                channel: Optional[ResponseChannel] = None) -> ResponseChannel:
         try:
             validate_request(loaded.config, request)
         except ServerError:
             # Refused before any scheduler: counted as Triton's nv_inference_request_failure{reason="OTHER"}.
             loaded.stats.record_request(False, total_ns=0, reason="OTHER")
             raise
-        channel = ResponseChannel(asyncio.get_running_loop())
+        channel = channel or ResponseChannel(asyncio.get_running_loop())
         batch_size = request.batch_size if loaded.config.max_batch_size > 0 else 1
         loaded.scheduler.submit(Pending(request, channel, batch_size))
         return channel

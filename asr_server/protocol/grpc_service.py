@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import AsyncIterator
+from typing import AsyncIterator, Union
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
@@ -21,7 +21,7 @@ from asr_server.protocol import converters
 from asr_server.protocol import parameters
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.protocol.status import GRPC_STATUS
-from asr_server.messages import InferResponse
+from asr_server.messages import InferRequest, InferResponse
 from asr_server.workers import FORWARDED_HEADER
 
 log = logging.getLogger(__name__)
@@ -125,18 +125,52 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         room.set()
 
         unsent = [0]  # answers in the outbox (its None items only wake the writer up)
+        waiting = [0]  # requests answered by a callback (one response each) whose answer has not come
 
         def backlog() -> int:
-            return len(tasks) + unsent[0]
+            return len(tasks) + waiting[0] + unsent[0]
 
-        async def handle(message: pb.ModelInferRequest) -> None:
+        def put(answer: pb.ModelStreamInferResponse) -> None:
+            unsent[0] += 1
+            outbox.put_nowait(answer)
+
+        async def handle(message: pb.ModelInferRequest, request: InferRequest) -> None:
             try:
-                async for item in self._stream_one(message, context):
+                async for item in self._stream_one(message, request):
                     unsent[0] += 1
                     await outbox.put(item)
             except Exception as exc:  # noqa: BLE001 - a failed request must not end the stream
                 unsent[0] += 1
                 await outbox.put(self._stream_error(message, as_server_error(exc)))
+
+        def answer_of(message: pb.ModelInferRequest, request: InferRequest):
+            def answered(item: Union[InferResponse, ServerError]) -> None:
+                waiting[0] -= 1
+                try:
+                    put(self._one_answer(message, request, item))
+                except Exception as exc:  # noqa: BLE001 - e.g. an output too big for the wire: this answer fails
+                    put(self._stream_error(message, as_server_error(exc)))
+            return answered
+
+        def start(message: pb.ModelInferRequest) -> None:
+            """A model with one response per request is answered by a callback; a decoupled one by a task."""
+            try:
+                request = converters.request_from_pb(message, self.core.shared_memory)
+                request.cancelled = context.cancelled
+                if not self._is_decoupled(request.model_name, request.model_version):
+                    waiting[0] += 1
+                    try:
+                        self.core.submit(request, answer_of(message, request))
+                    except BaseException:
+                        waiting[0] -= 1
+                        raise
+                    return
+            except Exception as exc:  # noqa: BLE001 - a refused request must not end the stream
+                put(self._stream_error(message, as_server_error(exc)))
+                return
+            task = asyncio.get_running_loop().create_task(handle(message, request))
+            tasks.add(task)
+            task.add_done_callback(lambda t: (tasks.discard(t), outbox.put_nowait(None)))
 
         async def read() -> None:
             try:
@@ -146,9 +180,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                         # control then holds the client back) instead of queueing answers without bound.
                         room.clear()
                         await room.wait()
-                    task = asyncio.get_running_loop().create_task(handle(message))
-                    tasks.add(task)
-                    task.add_done_callback(lambda t: (tasks.discard(t), outbox.put_nowait(None)))
+                    start(message)
                 half_closed.set()
             finally:
                 done_reading.set()
@@ -160,14 +192,13 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         if self._closing:
             reader.cancel()
         try:
-            while True:
+            # until nothing more can come: requests all read, none in a task or waiting for its callback
+            while not (done_reading.is_set() and not tasks and not waiting[0] and outbox.empty()):
                 item = await outbox.get()
                 room.set()
                 if item is not None:
                     unsent[0] -= 1
                     yield item
-                elif done_reading.is_set() and not tasks and outbox.empty():
-                    break
             if self._closing and not half_closed.is_set():
                 # Cut by shutdown while the client could still send: what it sent after the last answer was
                 # not read, so the stream must not end as if all went well (Triton's UNAVAILABLE).
@@ -179,9 +210,18 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             for task in list(tasks):
                 task.cancel()
 
-    async def _stream_one(self, message: pb.ModelInferRequest, context) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        infer_request = converters.request_from_pb(message, self.core.shared_memory)
-        infer_request.cancelled = context.cancelled
+    def _one_answer(self, message: pb.ModelInferRequest, request: InferRequest,
+                    item: Union[InferResponse, ServerError]) -> pb.ModelStreamInferResponse:
+        """The streamed answer of a request to a model with one response per request (flagged final, as
+        Triton flags every streamed response)."""
+        if isinstance(item, ServerError):
+            return self._stream_error(message, item)
+        return pb.ModelStreamInferResponse(infer_response=converters.response_to_pb(
+            item, request.outputs, self.core.shared_memory, final_flag=True))
+
+    async def _stream_one(self, message: pb.ModelInferRequest,
+                          infer_request: InferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Every answer of a request to a decoupled model."""
         params = message.parameters
         send_empty_final = "triton_enable_empty_final_response" in params and bool(
             params["triton_enable_empty_final_response"].bool_param

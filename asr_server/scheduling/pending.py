@@ -19,11 +19,15 @@ Delivery = Union[InferResponse, ServerError, None]
 
 
 class ResponseChannel:
-    """Carries the responses of one request from any thread to the awaiting coroutine."""
+    """Carries the responses of one request from any thread to the awaiting coroutine, or, given
+    ``on_delivery``, to that callback on the loop thread instead (no queue and no awaiting task: the gRPC
+    stream's path for models with one response per request)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 on_delivery: Optional[Callable[[Delivery, bool], None]] = None) -> None:
         self._loop = loop
-        self._queue: asyncio.Queue[tuple[Delivery, bool]] = asyncio.Queue()
+        self._on_delivery = on_delivery
+        self._queue: Optional[asyncio.Queue[tuple[Delivery, bool]]] = None if on_delivery else asyncio.Queue()
         self._closed = False  # set on the first final delivery (on the thread that delivered it)
         self.dropped = 0  # deliveries that arrived after the final one
 
@@ -39,7 +43,10 @@ class ResponseChannel:
         if final:
             self._closed = True
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, (item, final))
+            if self._on_delivery is not None:
+                self._loop.call_soon_threadsafe(self._on_delivery, item, final)
+            else:
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, (item, final))
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
@@ -50,7 +57,10 @@ class ResponseChannel:
             return
         if final:
             self._closed = True
-        self._queue.put_nowait((item, final))
+        if self._on_delivery is not None:
+            self._on_delivery(item, final)
+        else:
+            self._queue.put_nowait((item, final))
 
     async def first(self) -> InferResponse:
         """The one response of a non-decoupled request (raises its error)."""
