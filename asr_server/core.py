@@ -235,7 +235,7 @@ class InferenceCore:
     def _submit(self, loaded: LoadedVersion, request: InferRequest,
                 channel: Optional[ResponseChannel] = None) -> ResponseChannel:
         try:
-            validate_request(loaded.config, request)
+            validate_request(loaded.config, request, loaded.request_rules)
         except ServerError:
             # Refused before any scheduler: counted as Triton's nv_inference_request_failure{reason="OTHER"}.
             loaded.stats.record_request(False, total_ns=0, reason="OTHER")
@@ -299,68 +299,66 @@ def _healthy(loaded: LoadedVersion) -> bool:
     return loaded.scheduler.healthy
 
 
-def validate_request(config: mc.ModelConfig, request: InferRequest) -> None:
-    """Check a request against its model's config, with Triton's words."""
-    model = config.name
-    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+def validate_request(config: mc.ModelConfig, request: InferRequest, rules: Optional[validation.RequestRules] = None) -> None:
+    """Check a request against its model's config (or the rules read from it), with Triton's words."""
+    rules = rules or validation.RequestRules.of(config)
+    model = rules.model
+
+    def refuse(message: str) -> ServerError:
+        return invalid_argument(f"[request id: {request.id or '<id_unknown>'}] {message}")
+
     problem = request.sequence.id_problem(model)
     if problem:
-        raise invalid_argument(prefix + problem)
-    declared = {t.name: t for t in config.input}
+        raise refuse(problem)
+    declared = rules.inputs
     given = [t.name for t in request.inputs]
     if len(set(given)) != len(given):
-        raise invalid_argument(f"{prefix}input(s) given more than once for model '{model}'")
+        raise refuse(f"input(s) given more than once for model '{model}'")
     for name in given:
         if name not in declared:
-            raise invalid_argument(f"{prefix}unexpected inference input '{name}' for model '{model}'")
-    required = [t.name for t in config.input if not t.optional]
-    missing = [n for n in required if n not in given]
+            raise refuse(f"unexpected inference input '{name}' for model '{model}'")
+    missing = [n for n in rules.required if n not in given]
     if missing:
-        raise invalid_argument(
-            f"{prefix}expected {len(required)} inputs but got {len(given)} inputs for model '{model}'. "
+        raise refuse(
+            f"expected {len(rules.required)} inputs but got {len(given)} inputs for model '{model}'. "
             f"Got input(s) {given}, but missing required input(s) {missing}. Please provide all required input(s)."
         )
     batch_size: Optional[int] = None
+    max_batch = rules.max_batch_size
+    cap = rules.max_input_dim
     for tensor in request.inputs:
-        spec = declared[tensor.name]
-        expected = config_to_wire(spec.data_type)
+        expected, dims = declared[tensor.name]
         if tensor.datatype != expected:
-            raise invalid_argument(
-                f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', but model '{model}' "
+            raise refuse(
+                f"inference input '{tensor.name}' data-type is '{tensor.datatype}', but model '{model}' "
                 f"expects '{expected}'"
             )
         shape = tensor.shape
-        if config.max_batch_size > 0:
+        if max_batch > 0:
             if not shape:
-                raise invalid_argument(f"{prefix}input '{tensor.name}' for model '{model}' has no batch dimension")
+                raise refuse(f"input '{tensor.name}' for model '{model}' has no batch dimension")
             if batch_size is None:
                 batch_size = shape[0]
             elif shape[0] != batch_size:
-                raise invalid_argument(
-                    f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model}'"
-                )
-            if shape[0] > config.max_batch_size or shape[0] < 1:
-                raise invalid_argument(
-                    f"{prefix}inference request batch-size must be <= {config.max_batch_size} for '{model}'"
-                )
+                raise refuse(f"input '{tensor.name}' batch size does not match other inputs for '{model}'")
+            if shape[0] > max_batch or shape[0] < 1:
+                raise refuse(f"inference request batch-size must be <= {max_batch} for '{model}'")
             shape = shape[1:]
-        dims = tuple(int(d) for d in spec.dims)
         if not _shape_matches(shape, dims):
-            full = ([-1] if config.max_batch_size > 0 else []) + list(dims)
-            raise invalid_argument(
-                f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
+            full = ([-1] if max_batch > 0 else []) + list(dims)
+            raise refuse(
+                f"unexpected shape for input '{tensor.name}' for model '{model}'. "
                 f"Expected {_fmt(full)}, got {_fmt(tensor.shape)}. "
             )
-        cap = validation.max_input_dim(config)
         if cap and any(d == -1 and s > cap for s, d in zip(shape, dims)):
-            raise invalid_argument(
-                f"{prefix}input '{tensor.name}' for model '{model}' has shape {_fmt(tensor.shape)}: its variable "
+            raise refuse(
+                f"input '{tensor.name}' for model '{model}' has shape {_fmt(tensor.shape)}: its variable "
                 f"dimensions take at most {cap} (config parameter {validation.MAX_INPUT_DIM_PARAMETER})"
             )
-    outputs = {o.name for o in config.output}
+    outputs = rules.outputs
     for requested in request.outputs:
         if outputs and requested.name not in outputs:
-            raise invalid_argument(f"{prefix}unexpected inference output '{requested.name}' for model '{model}'")
+            raise refuse(f"unexpected inference output '{requested.name}' for model '{model}'")
 
 
 def _shape_matches(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import enum
 import logging
 import shutil
@@ -29,7 +30,7 @@ from asr_server.gpu import devices as gpu_devices
 from asr_server.backends.base import Backend, ModelContext, backend_class
 from asr_server.errors import ErrorCode, ServerError, as_server_error, unknown_model
 from asr_server.repository import config as config_io
-from asr_server.repository import paths
+from asr_server.repository import paths, validation
 from asr_server.repository import versions as version_io
 from asr_server.repository import warmup
 from asr_server.scheduling.base import Scheduler
@@ -62,6 +63,11 @@ class LoadedVersion:
     @property
     def decoupled(self) -> bool:
         return self.config.model_transaction_policy.decoupled
+
+    @functools.cached_property
+    def request_rules(self):
+        """The config's rules for requests, read once (validation.RequestRules)."""
+        return validation.RequestRules.of(self.config)
 
 
 @dataclasses.dataclass

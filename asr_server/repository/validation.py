@@ -6,12 +6,14 @@ raises `ServerError(INVALID_ARGUMENT)` on the first problem it finds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional, Sequence, Union
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.backends.base import PLATFORM_TO_BACKEND
+from asr_server.dtypes import config_to_wire
 from asr_server.errors import invalid_argument
 
 ENSEMBLE_PLATFORM = "ensemble"
@@ -334,3 +336,23 @@ def _ready_tensors(config: mc.ModelConfig, ready: set[str]) -> set[str]:
                 pending.remove(step)
                 progressed = True
     return ready
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestRules:
+    """What a model's config says about its requests, read out of the protobuf once per loaded version rather
+    than on every request (a streamed chunk is checked against the same config hundreds of times a second)."""
+
+    model: str
+    inputs: dict  # name -> (wire datatype, dims tuple)
+    required: tuple  # names of the non-optional inputs, in config order
+    max_batch_size: int
+    max_input_dim: int  # 0: no cap
+    outputs: frozenset  # declared output names (empty: the model declares none)
+
+    @classmethod
+    def of(cls, config: mc.ModelConfig) -> "RequestRules":
+        return cls(config.name, {t.name: (config_to_wire(t.data_type), tuple(int(d) for d in t.dims))
+                                 for t in config.input},
+                   tuple(t.name for t in config.input if not t.optional), config.max_batch_size,
+                   max_input_dim(config), frozenset(o.name for o in config.output))
