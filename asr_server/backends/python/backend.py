@@ -195,7 +195,7 @@ class PythonBackend(Backend):
             correlation_id=request.sequence.id,
             flags=request.sequence.flags,
             timeout=request.timeout_us,
-            parameters_json=json.dumps(request.parameters, default=str),
+            parameters_json=json.dumps(request.parameters, default=str) if request.parameters else "{}",
             cancelled=request.cancelled,
             response_sender=sender,
             route=self._route,

@@ -92,17 +92,19 @@ class InferenceRequest:
         response_sender: InferenceResponseSender,
         route: ModelRoute,
     ) -> "InferenceRequest":
-        """A request as the backend hands it to `execute` (parameters already a JSON string)."""
-        request = cls(
-            request_id=request_id,
-            correlation_id=correlation_id,
-            inputs=inputs,
-            requested_output_names=requested_output_names,
-            model_name=model_name,
-            model_version=model_version,
-            flags=flags,
-            timeout=timeout,
-        )
+        """A request as the backend hands it to `execute` (parameters already a JSON string). The server built
+        and checked every field, so the checks and conversions of `__init__` (which guard what a model's BLS
+        code passes) are skipped: this runs for every request, streamed chunks included."""
+        request = cls.__new__(cls)
+        request._request_id = request_id
+        request._correlation_id = correlation_id
+        request._inputs = inputs
+        request._requested_output_names = requested_output_names
+        request._model_name = model_name
+        request._model_version = int(model_version)
+        request._flags = flags
+        request._timeout = timeout
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         request._parameters = parameters_json
         request._cancelled = cancelled
         request._response_sender = response_sender
