@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server import __version__, gc_freeze
 from asr_server.dtypes import config_to_wire
-from asr_server.errors import ErrorCode, ServerError, invalid_argument
+from asr_server.errors import ErrorCode, ServerError, as_server_error, invalid_argument
 from asr_server.repository import validation
 from asr_server.repository.manager import LoadedVersion, ModelManager, ModelState
 from asr_server.scheduling.pending import Delivery, Pending, ResponseChannel
@@ -63,6 +63,9 @@ class InferenceCore:
         self.live = True
         # With --workers: passes model loads and unloads on to the other workers (workers.SiblingControl)
         self.peers = None
+        # While a restarted worker catches up with its siblings: the models and regions a client changed since it
+        # registered (those changes are newer than the siblings' state it is applying, which must skip them)
+        self.changed_names: Optional[set[str]] = None
 
     # ---- health and metadata --------------------------------------------------------------------
     def server_ready(self) -> bool:
@@ -140,6 +143,7 @@ class InferenceCore:
             raise ServerError(LOAD_NOT_ALLOWED, ErrorCode.UNAVAILABLE)
         if files and not config_override:
             raise invalid_argument(f"failed to load '{name}': 'file:' parameters require a 'config' parameter")
+        self._changed(name)
         try:
             await self.manager.load(name, config_override, files or None)
         finally:
@@ -152,22 +156,33 @@ class InferenceCore:
         `forward`: on the other workers too."""
         if not self.model_control_explicit:
             raise ServerError(LOAD_NOT_ALLOWED, ErrorCode.UNAVAILABLE)
+        self._changed(name)
         await self.manager.unload(name, unload_dependents)
         gc_freeze.settle()
         if forward and self.peers is not None:
             await self.peers.unload(name, unload_dependents)
+
+    def _changed(self, name: str) -> None:
+        if self.changed_names is not None:
+            self.changed_names.add(name)
 
     # ---- system shared memory -------------------------------------------------------------------
     async def register_shared_memory(self, name: str, key: str, offset: int, byte_size: int,
                                      forward: bool = True) -> None:
         """Register a region here, and with --workers on the other workers too (a client's requests may reach
         any of them)."""
+        self._changed(name)
         self.shared_memory.register(name, key, offset, byte_size)
         if forward and self.peers is not None:
             await self.peers.register_shared_memory(name, key, offset, byte_size)
 
     async def unregister_shared_memory(self, name: str, forward: bool = True) -> None:
         """Unregister one region ('' for all) here, and on the other workers."""
+        if name:
+            self._changed(name)
+        else:  # all of them: every region this worker has now counts as changed
+            for region in self.shared_memory.status():
+                self._changed(region.name)
         self.shared_memory.unregister(name)
         if forward and self.peers is not None:
             await self.peers.unregister_shared_memory(name)
@@ -210,15 +225,19 @@ class InferenceCore:
         loaded = self.manager.get(request.model_name, request.model_version)
 
         def delivered(item: Delivery, final: bool) -> None:
-            if isinstance(item, InferResponse):
-                try:
+            # runs inside the scheduler's delivery loop: nothing may escape from here into it
+            try:
+                if isinstance(item, InferResponse):
                     item = self._finish(loaded, request, item)
                     item.final = True
-                except ServerError as error:
-                    item = error
-            elif item is None:
-                item = ServerError("model sent no response", ErrorCode.INTERNAL)
-            on_answer(item)
+                elif item is None:
+                    item = ServerError("model sent no response", ErrorCode.INTERNAL)
+            except Exception as exc:  # noqa: BLE001 - the answer is this request's error
+                item = as_server_error(exc)
+            try:
+                on_answer(item)
+            except Exception:  # noqa: BLE001 - the caller's own failure; the scheduler must go on
+                log.exception("answering request '%s' of model '%s' failed", request.id, loaded.name)
 
         self._submit(loaded, request, ResponseChannel(asyncio.get_running_loop(), delivered))
 

@@ -113,9 +113,14 @@ class Server:
         if worker is not None:
             from asr_server.workers import write_entry
 
+            if self._copied_siblings:
+                self.core.changed_names = set()  # from now on, changes reach this worker: newer than any state
             write_entry(worker, self.private_grpc_port, self.metrics_port)
             if self._copied_siblings:
-                await self._catch_up()
+                try:
+                    await self._catch_up()
+                finally:
+                    self.core.changed_names = None
         gc_freeze.settle()
 
     @staticmethod
@@ -171,7 +176,15 @@ class Server:
         serving, and drop regions they dropped (the catch-up after this worker registered)."""
         from google.protobuf import json_format
 
+        changed = self.core.changed_names if all_changes else None
+
+        def newer(name: str) -> bool:
+            """Changed here by a client since this worker registered: newer than the siblings' state."""
+            return changed is not None and name in changed
+
         for name, config in siblings.configs.items():
+            if newer(name):
+                continue
             try:
                 own = json_format.MessageToDict(self.core.model_config(name, ""), preserving_proto_field_name=True)
             except ServerError:
@@ -185,17 +198,20 @@ class Server:
                     log.error("model '%s' keeps the repository's config, not the other workers': %s", name, exc)
         if all_changes:
             for name in [n for n, e in self.manager.models.items() if e.versions and n not in siblings.configs]:
+                if newer(name):
+                    continue
                 try:
                     await self.manager.unload(name)
                 except ServerError as exc:
                     log.error("model '%s', unloaded by the other workers, stays loaded here: %s", name, exc)
-            kept = {region[0] for region in siblings.regions}
+            theirs = {region[0]: region[1:] for region in siblings.regions}
             for region in self.core.shared_memory.status():
-                if region.name not in kept:
-                    self.core.shared_memory.unregister(region.name)
+                if not newer(region.name) and theirs.get(region.name) != (region.key, region.offset,
+                                                                           region.byte_size):
+                    self.core.shared_memory.unregister(region.name)  # dropped, or registered anew since
         registered = {region.name for region in self.core.shared_memory.status()}
         for name, key, offset, byte_size in siblings.regions:
-            if name in registered:
+            if name in registered or newer(name):
                 continue
             try:
                 self.core.shared_memory.register(name, key, offset, byte_size)
@@ -206,7 +222,8 @@ class Server:
         """A restarted worker read its siblings' state before loading, which takes seconds to minutes; model
         control and region changes made meanwhile went to the siblings alone (this worker was not yet in the
         registry). Now that it is, later changes are forwarded here; the ones made during the load are read
-        once more and applied."""
+        once more and applied, except to the models and regions a client changed here since it registered
+        (core.changed_names: those changes are newer than the state read)."""
         siblings = await self.core.peers.state()
         if siblings is not None:
             await self._match_siblings(siblings, all_changes=True)

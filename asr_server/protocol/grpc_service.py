@@ -143,9 +143,13 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 unsent[0] += 1
                 await outbox.put(self._stream_error(message, as_server_error(exc)))
 
+        finished = [False]  # the stream is over: late answers are dropped (nor written to shared memory)
+
         def answer_of(message: pb.ModelInferRequest, request: InferRequest):
             def answered(item: Union[InferResponse, ServerError]) -> None:
                 waiting[0] -= 1
+                if finished[0]:
+                    return
                 try:
                     put(self._one_answer(message, request, item))
                 except Exception as exc:  # noqa: BLE001 - e.g. an output too big for the wire: this answer fails
@@ -206,6 +210,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 context.set_details("the server is shutting down: the stream was closed after the answers to "
                                     "the requests it had read; later ones were not read")
         finally:
+            finished[0] = True
             reader.cancel()
             for task in list(tasks):
                 task.cancel()

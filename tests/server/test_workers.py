@@ -295,3 +295,36 @@ async def test_a_shared_memory_region_is_registered_on_every_worker(repo, tmp_pa
     finally:
         workers.stop()
         shm.destroy_shared_memory_region(handle)
+
+
+async def test_the_catch_up_leaves_alone_what_a_client_changed_after_the_worker_registered(tmp_path):
+    """The siblings' state a restarted worker applies once registered is older than any change a client made
+    here since: a model or region in core.changed_names keeps its state; the rest follows the siblings (a
+    model they dropped is unloaded, a region they registered anew is registered with their key)."""
+    import tritonclient.utils.shared_memory as shm
+
+    from asr_server.server import Server
+    from asr_server.settings import ServerSettings
+    from asr_server.workers import SiblingState
+
+    repo = tmp_path / "repo"
+    for name in ("add_sub", "identity_fp32"):
+        copy_model(repo, BUNDLED_REPO / name)
+    server = Server(ServerSettings(model_repositories=(repo,), model_control_mode="explicit"))
+    keys = [f"/catch_up_{os.getpid()}_{i}" for i in range(2)]
+    handles = [shm.create_shared_memory_region(f"r{i}", key, 64) for i, key in enumerate(keys)]
+    try:
+        await server.manager.load_many(["add_sub", "identity_fp32"])
+        server.core.shared_memory.register("kept_here", keys[0], 0, 64)
+        server.core.shared_memory.register("moved", keys[0], 0, 64)
+        server.core.changed_names = {"identity_fp32", "kept_here"}  # a client's, after registration
+        # the siblings (read earlier): neither model, and "moved" now on the other key
+        await server._match_siblings(SiblingState({}, [("moved", keys[1], 0, 64)]), all_changes=True)
+        assert server.core.model_ready("identity_fp32") and not server.core.model_ready("add_sub")
+        regions = {r.name: r.key for r in server.core.shared_memory.status()}
+        assert regions == {"kept_here": keys[0], "moved": keys[1]}
+    finally:
+        server.core.shared_memory.unregister("")
+        await server.manager.shutdown()
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)
