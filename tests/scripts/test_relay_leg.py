@@ -31,6 +31,10 @@ def test_the_band_limited_copy_keeps_the_speech_band_and_drops_the_rest(tmp_path
 
 
 def test_the_first_leg_continues_the_bundled_model():
+    """The relay started from the bundled model's phase 2 (step 18,932); the bundled model has gone on since
+    (phase 3, band-limited fine-tune) with the same network."""
+    import yaml
+
     relay = load_script("relay_leg")
     state = relay.FIRST_STATE
     model = ROOT / state["init_from"]
@@ -38,7 +42,7 @@ def test_the_first_leg_continues_the_bundled_model():
     net = state["network"]
     assert f"output_size: {net['d_model']}" in config and f"num_blocks: {net['blocks']}" in config
     assert f"linear_units: {net['ffn']}" in config and f"cnn_module_kernel: {net['kernel']}" in config
-    assert f"steps: {state['step']}" in config
+    assert yaml.safe_load(config)["training"]["steps"] >= state["step"] == 18932
     assert isinstance(relay.has_bf16(), bool)
     committed = ROOT / "models" / "open_en_wip" / "relay.json"
     if committed.exists():  # a later leg's state names the same network and schedule
