@@ -9,7 +9,9 @@ into them, wrapping round, unless --lockstep), sent in 0.5 s chunks at the speed
 one chunk. WebSocket speaks sherpa-onnx's dialect (float32 frames, one
 JSON reply per frame: the chunk latency is frame sent -> its reply); gRPC is asr_client's StreamingClient with
 the same 0.5 s chunks and the same decoding (endpointing, DETAILS with every chunk, as the dialects ask).
-Server CPU comes from /proc (the server runs in its own process); each protocol's run gets a fresh server. Prints p50/p99 chunk latency, server CPU-s per audio-s and the ratio.
+Server CPU comes from /proc (the server runs in its own process); each protocol's run gets a fresh server.
+Prints p50/p99 chunk latency, server CPU-s per audio-s and the ratio, and where a request spent its time in the
+model (Triton's statistics: mean queue and compute per request, mean batch per execution).
 """
 
 from __future__ import annotations
@@ -65,11 +67,12 @@ def utterance_audio(seconds: float) -> np.ndarray:
     return audio[: int(seconds * RATE)]
 
 
-async def ws_stream(port: int, audio: np.ndarray, delay: float, latencies: list) -> None:
+async def ws_stream(port: int, audio: np.ndarray, delay: float, latencies: list, first_extra_s: float = 0.0
+                    ) -> None:
     import aiohttp
 
     await asyncio.sleep(delay)
-    step = int(CHUNK_S * RATE)
+    step, extra = int(CHUNK_S * RATE), int(first_extra_s * RATE)
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(f"ws://127.0.0.1:{port}/") as ws:
             sent: list[float] = []
@@ -84,10 +87,12 @@ async def ws_stream(port: int, audio: np.ndarray, delay: float, latencies: list)
 
             task = asyncio.create_task(reader())
             start = time.monotonic()
-            for i, begin in enumerate(range(0, audio.size, step)):
-                await asyncio.sleep(max(0.0, start + (i + 1) * CHUNK_S - time.monotonic()))
+            # the first frame `extra` samples longer, as the gRPC client's first chunk carries its look-ahead
+            bounds = [0, *range(step + extra, audio.size, step), audio.size]
+            for i, (begin, end) in enumerate(zip(bounds, bounds[1:])):
+                await asyncio.sleep(max(0.0, start + end / RATE - time.monotonic()))
                 sent.append(time.monotonic())
-                await ws.send_bytes(audio[begin:begin + step].astype("<f4").tobytes())
+                await ws.send_bytes(audio[begin:end].astype("<f4").tobytes())
             await ws.send_str("Done")
             await task
 
@@ -97,14 +102,40 @@ async def grpc_stream(port: int, audio: np.ndarray, delay: float, latencies: lis
 
     await asyncio.sleep(delay)
     # the decoding the WebSocket dialects ask for: endpointing (segments end and are rescored at pauses) and
-    # DETAILS with every chunk, so that the two protocols carry the same work
-    options = StreamOptions(chunk_ms=CHUNK_S * 1000, realtime=True, parameters={"endpoint": True}, details=True)
+    # DETAILS with every chunk, words, tokens and times included (the `details` parameter: sherpa-onnx's
+    # partials carry tokens and timestamps), so that the two protocols carry the same work
+    options = StreamOptions(chunk_ms=CHUNK_S * 1000, realtime=True, parameters={"endpoint": True, "details": True},
+                            details=True)
     async with StreamingClient(f"127.0.0.1:{port}", options) as client:
         result = await client.transcribe(audio)
     latencies.extend(p.latency_s for p in result.partials[:-1])
 
 
-def run(protocol: str, streams: int, audio: np.ndarray, repo: str, lockstep: bool = False) -> dict:
+def model_statistics(grpc_port: int, model: str = "streaming_wenet") -> dict:
+    """The model's cumulative server-side counters (Triton's statistics extension): requests, executions,
+    queue and compute nanoseconds."""
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+        stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    inference = stats.get("inference_stats", {})
+    return {"requests": int(inference.get("success", {}).get("count", 0)),
+            "executions": int(stats.get("execution_count", 0)),
+            "queue_ns": int(inference.get("queue", {}).get("ns", 0)),
+            "compute_ns": sum(int(inference.get(k, {}).get("ns", 0))
+                              for k in ("compute_input", "compute_infer", "compute_output"))}
+
+
+def server_side(before: dict, after: dict) -> dict:
+    """Per request over the measured run: mean queue and compute ms, and the mean batch of an execution."""
+    d = {k: after[k] - before[k] for k in before}
+    n = max(1, d["requests"])
+    return {"queue_ms": d["queue_ns"] / n / 1e6, "compute_ms": d["compute_ns"] / n / 1e6,
+            "mean_batch": d["requests"] / max(1, d["executions"])}
+
+
+def run(protocol: str, streams: int, audio: np.ndarray, repo: str, lockstep: bool = False,
+        first_extra_s: float = 0.0) -> dict:
     ctx = mp.get_context("spawn")
     ports = ctx.Queue()
     proc = ctx.Process(target=serve, args=(repo, ports), daemon=True)
@@ -121,23 +152,25 @@ def run(protocol: str, streams: int, audio: np.ndarray, repo: str, lockstep: boo
             return audio if lockstep else np.roll(audio, -(i * audio.size) // streams)
 
         async def main():
-            await asyncio.gather(*(stream(port, audio_of(i), CHUNK_S * i / streams, latencies)
+            extra = {"first_extra_s": first_extra_s} if protocol == "websocket" else {}
+            await asyncio.gather(*(stream(port, audio_of(i), CHUNK_S * i / streams, latencies, **extra)
                                    for i in range(streams)))
 
         async def warm_up():  # compiled kernels, first batches: two short streams, not measured
             await asyncio.gather(*(stream(port, audio[: 4 * RATE], 0, []) for _ in range(2)))
 
         asyncio.run(warm_up())
-        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        stats0, cpu0, t0 = model_statistics(grpc_port), cpu_seconds(proc.pid), time.monotonic()
         asyncio.run(main())
         cpu, wall = cpu_seconds(proc.pid) - cpu0, time.monotonic() - t0
+        server = server_side(stats0, model_statistics(grpc_port))
     finally:
         proc.terminate()
         proc.join(10)
     audio_s = streams * audio.size / RATE
     lat = np.array(latencies) * 1000
     return {"protocol": protocol, "streams": streams, "chunks": int(lat.size), "p50_ms": float(np.percentile(lat, 50)),
-            "p99_ms": float(np.percentile(lat, 99)), "cpu_per_audio_s": cpu / audio_s, "wall_s": wall}
+            "p99_ms": float(np.percentile(lat, 99)), "cpu_per_audio_s": cpu / audio_s, "wall_s": wall, **server}
 
 
 def main(argv=None) -> int:
@@ -149,12 +182,18 @@ def main(argv=None) -> int:
     ap.add_argument("--lockstep", action="store_true",
                     help="every stream the same audio from its start (staggered by one chunk at most): their pauses, "
                          "endpoints and rescorings all fall within the same half second")
+    ap.add_argument("--ws-first-extra-ms", type=float, default=0.0,
+                    help="make the WebSocket client's first frame this much longer (the gRPC client's first chunk "
+                         "carries asr_client.chunking.LOOKAHEAD_MS)")
     args = ap.parse_args(argv)
     audio = utterance_audio(args.seconds)
-    rows = [run(p, args.streams, audio, args.repo, args.lockstep) for p in ("grpc", "websocket")]
+    rows = [run(p, args.streams, audio, args.repo, args.lockstep, args.ws_first_extra_ms / 1000)
+            for p in ("grpc", "websocket")]
     for r in rows:
         print(f"{r['protocol']:9s} {r['streams']} streams: chunk latency p50 {r['p50_ms']:.0f} ms, p99 "
-              f"{r['p99_ms']:.0f} ms ({r['chunks']} chunks); server CPU {r['cpu_per_audio_s']:.4f} s per audio-s")
+              f"{r['p99_ms']:.0f} ms ({r['chunks']} chunks); server CPU {r['cpu_per_audio_s']:.4f} s per audio-s; "
+              f"in the model, per request: queue {r['queue_ms']:.1f} ms, compute {r['compute_ms']:.1f} ms, "
+              f"mean batch {r['mean_batch']:.1f}")
     ratio = rows[1]["cpu_per_audio_s"] / rows[0]["cpu_per_audio_s"]
     print(f"websocket / grpc server CPU per audio-s: {ratio:.2f}x (target <= 1.2x); websocket p99 "
           f"{rows[1]['p99_ms']:.0f} ms (target < 300 ms)")
