@@ -92,27 +92,25 @@ def executions(folder: Path) -> int:
     return marker.stat().st_size if marker.exists() else 0
 
 
-def crash_at_load(repo: Path, name: str = "crash_at_load") -> Path:
+def _x_to_y_model(repo: Path, name: str, code: str) -> Path:
+    """A python model folder: FP32 [1] X -> FP32 [1] Y, no batching, `code` as its model.py."""
     folder = repo / name
     (folder / "1").mkdir(parents=True)
     (folder / "config.pbtxt").write_text(
         f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
         'input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]\n'
         'output [ { name: "Y", data_type: TYPE_FP32, dims: [ 1 ] } ]\n')
-    (folder / "1" / "model.py").write_text(CRASH_AT_LOAD_PY)
+    (folder / "1" / "model.py").write_text(code)
     return folder
+
+
+def crash_at_load(repo: Path, name: str = "crash_at_load") -> Path:
+    return _x_to_y_model(repo, name, CRASH_AT_LOAD_PY)
 
 
 def gated_load(repo: Path, gate: Path, name: str = "gated_load") -> Path:
     """A model whose every load waits until the file `gate` exists."""
-    folder = repo / name
-    (folder / "1").mkdir(parents=True)
-    (folder / "config.pbtxt").write_text(
-        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n'
-        'input [ { name: "X", data_type: TYPE_FP32, dims: [ 1 ] } ]\n'
-        'output [ { name: "Y", data_type: TYPE_FP32, dims: [ 1 ] } ]\n')
-    (folder / "1" / "model.py").write_text(GATED_LOAD_PY.format(gate=str(gate)))
-    return folder
+    return _x_to_y_model(repo, name, GATED_LOAD_PY.format(gate=str(gate)))
 
 
 def loads(folder: Path) -> int:
