@@ -7,7 +7,9 @@ the gRPC path's).
 S streams per protocol, each the demo utterances end to end (cut to --seconds; stream i starts i/S of the way
 into them, wrapping round, unless --lockstep), sent in 0.5 s chunks at the speed of speech, starts staggered over
 one chunk. WebSocket speaks sherpa-onnx's dialect (float32 frames, one
-JSON reply per frame: the chunk latency is frame sent -> its reply); gRPC is asr_client's StreamingClient with
+JSON reply per frame: the chunk latency is frame sent -> its reply); each stream's last chunk is left out on both
+sides (all streams end within one half second, so their last chunks meet every final rescoring at once;
+--with-last counts them); gRPC is asr_client's StreamingClient with
 the same 0.5 s chunks and the same decoding (endpointing, DETAILS with every chunk, as the dialects ask).
 Server CPU comes from /proc (the server runs in its own process); each protocol's run gets a fresh server.
 Prints p50/p99 chunk latency, server CPU-s per audio-s and the ratio, and where a request spent its time in the
