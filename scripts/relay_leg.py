@@ -83,7 +83,10 @@ def make_data(leg: int, minutes: float, seed: int) -> Path:
     return train
 
 
-def with_earlier_legs(leg: int, train: Path) -> Path:
+KALDI_FILES = ("wav.scp", "text", "utt2dur", "utt2spk")  # the files of a training split that a leg joins
+
+
+def with_earlier_legs(leg: int) -> Path:
     """This leg's split joined with the utterances of earlier legs' splits whose audio is still on this machine
     (a machine that kept its data folder need not spend a leg's first half hour on synthesis for fresh variety:
     a short new batch plus what earlier legs made). Utterance ids are unique across legs (each leg draws its
@@ -97,7 +100,7 @@ def with_earlier_legs(leg: int, train: Path) -> Path:
         if not (folder / "text").exists():
             continue
         tables = {name: dict(line.split(maxsplit=1) for line in (folder / name).read_text().splitlines())
-                  for name in ("wav.scp", "text", "utt2dur", "utt2spk")}
+                  for name in KALDI_FILES}
         kept = 0
         splits.append(set(tables["wav.scp"]))
         for utt, path in tables["wav.scp"].items():
@@ -114,7 +117,7 @@ def with_earlier_legs(leg: int, train: Path) -> Path:
         print(f"real speech: {len(real)} utterances, each {repeats} times", flush=True)
     out = ROOT / "legs" / f"leg{leg}" / "train_all"
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("wav.scp", "text", "utt2dur", "utt2spk"):
+    for name in KALDI_FILES:
         (out / name).write_text("".join(f"{utt} {row[name]}\n" for utt, row in sorted(rows.items())))
     return out
 
@@ -246,7 +249,7 @@ def main(argv=None) -> int:
     leg = state["leg"] + 1
     data = make_data(leg, args.data_minutes, state["seed"])
     if args.with_earlier_legs:
-        data = with_earlier_legs(leg, data)
+        data = with_earlier_legs(leg)
     data_h = sum(float(line.split()[1]) for line in (data / "utt2dur").read_text().splitlines()) / 3600
     t0 = time.time()
     exp = train(state, leg, data, args.train_minutes, args.state)

@@ -231,7 +231,6 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         send_empty_final = "triton_enable_empty_final_response" in params and bool(
             params["triton_enable_empty_final_response"].bool_param
         )
-        decoupled = self._is_decoupled(infer_request.model_name, infer_request.model_version)
         async for item in self.core.stream(infer_request):
             if isinstance(item, ServerError):
                 yield self._stream_error(message, item)
@@ -243,7 +242,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                         infer_response=converters.response_to_pb(empty, final_flag=True)
                     )
                 continue
-            final_flag = item.final if decoupled else True  # Triton flags every streamed response
+            final_flag = item.final  # the core marks a one-response model's answer final
             yield pb.ModelStreamInferResponse(
                 infer_response=converters.response_to_pb(
                     item, infer_request.outputs, self.core.shared_memory, final_flag=final_flag

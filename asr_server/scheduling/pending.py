@@ -26,8 +26,10 @@ class ResponseChannel:
     def __init__(self, loop: asyncio.AbstractEventLoop,
                  on_delivery: Optional[Callable[[Delivery, bool], None]] = None) -> None:
         self._loop = loop
-        self._on_delivery = on_delivery
-        self._queue: Optional[asyncio.Queue[tuple[Delivery, bool]]] = None if on_delivery else asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[Delivery, bool]] = asyncio.Queue()
+        # where a delivery goes, on the loop thread: the callback, or the queue `first` and `stream` read
+        self._sink: Callable[[Delivery, bool], None] = on_delivery or (lambda item, final: self._queue.put_nowait(
+            (item, final)))
         self._closed = False  # set on the first final delivery (on the thread that delivered it)
         self.dropped = 0  # deliveries that arrived after the final one
 
@@ -43,10 +45,7 @@ class ResponseChannel:
         if final:
             self._closed = True
         try:
-            if self._on_delivery is not None:
-                self._loop.call_soon_threadsafe(self._on_delivery, item, final)
-            else:
-                self._loop.call_soon_threadsafe(self._queue.put_nowait, (item, final))
+            self._loop.call_soon_threadsafe(self._sink, item, final)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
@@ -57,10 +56,7 @@ class ResponseChannel:
             return
         if final:
             self._closed = True
-        if self._on_delivery is not None:
-            self._on_delivery(item, final)
-        else:
-            self._queue.put_nowait((item, final))
+        self._sink(item, final)
 
     async def first(self) -> InferResponse:
         """The one response of a non-decoupled request (raises its error)."""

@@ -70,7 +70,7 @@ def test_a_leg_with_earlier_legs_takes_their_surviving_audio_once(tmp_path, monk
     _split(legs / "leg1" / "train", [("syn_1", tmp_path / "a1.wav", "one"), ("syn_2", tmp_path / "gone.wav", "two"),
                                      ("game_1", *game)])
     _split(legs / "leg3" / "train", [("syn_9", tmp_path / "a9.wav", "nine"), ("game_1", *game)])
-    out = relay.with_earlier_legs(3, legs / "leg3" / "train")
+    out = relay.with_earlier_legs(3)
     texts = (out / "text").read_text().splitlines()
     # leg 2 absent, leg 1's lost wav left out; the game line (in every leg's split) repeated to half the data
     assert texts == ["game_1 a game line", "game_1_r2 a game line", "syn_1 one", "syn_9 nine"]
