@@ -5,7 +5,9 @@
 1. exports DIR once with scripts/export_onnx.py --sherpa (our graphs + sherpa/model.onnx, sherpa/tokens.txt)
    and builds model repositories from the same graphs with scripts/build_model_repo.py: "rescore" (CTC
    prefix beam search + attention rescoring, the default) and "greedy" (--search greedy --no-rescoring, what
-   sherpa-onnx does), each also as "*_proc" (--instance-process: each scorer instance in its own process);
+   sherpa-onnx does), each also as "*_proc" (--instance-process: each scorer instance in its own process)
+   and as "*_workers" (`asr-server --workers N`: N server processes on one port, the load spread over
+   --connections gRPC connections so that the kernel gives each worker its share);
 2. the peer is the real server: `sherpa-onnx-online-websocket-server` (PyPI `sherpa-onnx-bin`) with
    `--wenet-ctc-model`, greedy search, endpointing off. It binds every interface, so this script re-runs
    itself inside a private network namespace (`unshare -n`, loopback only) with both servers and the load
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -262,11 +265,18 @@ class OurTranscriber:
         return r.text, lat[-1], lat
 
 
-async def ours_paced(url: str, items, count: int, chunk_ms: float, seconds: float) -> dict:
+async def ours_paced(url: str, items, count: int, chunk_ms: float, seconds: float, connections: int = 1) -> dict:
+    """Paced streams over ``connections`` gRPC connections, each utterance on the next one in turn (with
+    --workers the kernel gives each connection to one worker: one connection would load one worker only)."""
     from asr_client.streaming import StreamingClient, StreamOptions
 
-    async with StreamingClient(url, StreamOptions(chunk_ms=chunk_ms, realtime=True)) as client:
-        return await _paced_streams(OurTranscriber(client), items, count, chunk_ms, seconds)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(StreamingClient(url, StreamOptions(chunk_ms=chunk_ms,
+                                                                                       realtime=True)))
+                   for _ in range(max(1, connections))]
+        turn = itertools.cycle(clients)
+        return await _paced_streams(lambda samples: OurTranscriber(next(turn))(samples), items, count, chunk_ms,
+                                    seconds)
 
 
 class SherpaTranscriber:
@@ -340,14 +350,34 @@ async def ours_accuracy(url: str, items, chunk_ms: float) -> float | None:
 # ------------------------------------------------------------------------------------------------ servers
 
 class OurServer:
-    def __init__(self, repo: Path):
+    """Our server on ``repo``: in a spawned process, or with workers > 1 as `python -m asr_server --workers N`
+    (its pid is the supervisor's; cpu_seconds counts the workers, its children)."""
+
+    def __init__(self, repo: Path, workers: int = 1):
         self._running = contextlib.ExitStack()
+        if workers > 1:
+            from bench.workers import start_server
+
+            process, self.url = start_server(repo, workers)
+            self._running.callback(_stop_process, process)
+            self.pid = process.pid
+            return
         proc, port = self._running.enter_context(server_process(serve_repository, str(repo), timeout_s=180))
         self.pid = proc.pid
         self.url = f"127.0.0.1:{port}"
 
     def stop(self):
         self._running.close()
+
+
+def _stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM (the supervisor drains its workers), then kill after 30 s."""
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 class SherpaServer:
@@ -453,11 +483,16 @@ def search(name: str, run, pid: int, rows: dict, args, deadline: float) -> tuple
 # The acceptance: sustained streams of each of our modes over sherpa-onnx's.
 TARGET_RATIOS = {"ours greedy": 1.7, "ours rescore": 1.3}
 PROC = "_proc"  # a mode's variant with each scorer instance in a process of its own (--instance-process)
+WORKERS = "_workers"  # a mode's variant served by --workers N server processes
 
 
 def base_name(name: str) -> str:
-    """The decoding of a system ("ours greedy" for "ours greedy_proc"): what its target and floor depend on."""
-    return name[:-len(PROC)] if name.endswith(PROC) else name
+    """The decoding of a system ("ours greedy" for "ours greedy_proc" and "ours greedy_workers"): what its
+    target, floor and repository depend on."""
+    for variant in (PROC, WORKERS):
+        if name.endswith(variant):
+            return name[:-len(variant)]
+    return name
 
 
 def streaming_batching(repo: Path) -> tuple[float, int]:
@@ -638,7 +673,12 @@ def main() -> int:
                         help="sherpa-onnx settings to probe: work-threads:num-threads:max-batch-size, ...")
     parser.add_argument("--probe-streams", type=int, default=128)
     parser.add_argument("--modes", default="sherpa,rescore,greedy,rescore_proc,greedy_proc",
-                        help="systems to search; *_proc: ours with each scorer instance in its own process")
+                        help="systems to search; *_proc: ours with each scorer instance in its own process; "
+                             "*_workers (e.g. greedy_workers): ours with --workers")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="server processes of the *_workers modes (default: one per core)")
+    parser.add_argument("--connections", type=int, default=16,
+                        help="gRPC connections the *_workers modes' load is spread over")
     parser.add_argument("--budget-s", type=float, default=1500.0, help="bound on the searches")
     parser.add_argument("--work-dir", type=Path, default=None, help="keep the export and repositories here")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "vs_sherpa.png")
@@ -713,13 +753,15 @@ def main() -> int:
                     server.stop()
             else:
                 name = f"ours {mode}"
-                server = OurServer(repos[mode])
+                workers = args.workers if mode.endswith(WORKERS) else 1
+                connections = args.connections if workers > 1 else 1
+                server = OurServer(repos[base_name(mode)], workers)
                 try:
                     wer = asyncio.run(ours_accuracy(server.url, wer_items, args.chunk_ms))
                     print(f"{name} WER {100 * wer:.2f}% ({len(wer_items)} utterances); searching", flush=True)
                     best[name], why = search(name, lambda n: ours_paced(server.url, items, n, args.chunk_ms,
-                                                                        args.seconds), server.pid, rows, args,
-                                             deadline)
+                                                                        args.seconds, connections),
+                                             server.pid, rows, args, deadline)
                 finally:
                     server.stop()
             summary[name] = {"max_streams": best[name], "why": why, "wer": wer}

@@ -65,3 +65,44 @@ def test_machine_load_is_read_over_the_middle_half_of_a_trial():
     with vs_sherpa.MachineLoad(every_s=0.01) as real:
         sum(i * i for i in range(200_000))
     assert len(real.samples) >= 2 and 0 <= real.steady_pct() <= 100
+
+
+def test_workers_and_proc_variants_share_their_decodings_target_and_repository():
+    assert vs_sherpa.base_name("ours greedy_workers") == "ours greedy"
+    assert vs_sherpa.base_name("rescore_workers") == "rescore"
+    assert vs_sherpa.base_name("ours rescore_proc") == "ours rescore"
+    assert vs_sherpa.base_name("sherpa-onnx") == "sherpa-onnx"
+
+
+def test_our_paced_streams_take_turns_over_the_connections(monkeypatch):
+    import asyncio
+
+    import numpy as np
+
+    import asr_client.streaming
+
+    opened, used = [], []
+
+    class FakeClient:
+        def __init__(self, url, options):
+            self.open = False
+            opened.append(self)
+
+        async def __aenter__(self):
+            self.open = True
+            return self
+
+        async def __aexit__(self, *exc):
+            self.open = False
+
+        async def transcribe(self, samples):
+            assert self.open
+            used.append(self)
+            return type("Result", (), {"text": "x", "chunk_latencies_s": [0.01, 0.02]})()
+
+    monkeypatch.setattr(asr_client.streaming, "StreamingClient", FakeClient)
+    items = [("u", np.zeros(1600, dtype=np.float32), "x")]  # 0.1 s each: 3 utterances per stream
+    result = asyncio.run(vs_sherpa.ours_paced("127.0.0.1:1", items, 4, 1.0, 0.25, connections=3))
+    assert result["errors"] == 0 and result["audio_s"] == pytest.approx(4 * 0.3)
+    assert len(opened) == 3 and not any(c.open for c in opened)
+    assert sorted(used.count(c) for c in opened) == [4, 4, 4]  # 12 utterances, in turn
