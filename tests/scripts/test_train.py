@@ -4,6 +4,10 @@ scripts/average_checkpoints.py averages snapshots of a run."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +19,7 @@ import soundfile as sf
 torch = pytest.importorskip("torch", reason="training needs torch")
 
 from tests.conftest import ROOT  # noqa: E402
+from tests.helpers.scripts import load_script  # noqa: E402
 
 SENTENCES = ["one two three", "four five six", "seven eight nine", "zero one two", "three four five",
              "six seven eight", "nine zero one", "two three four"]
@@ -43,9 +48,43 @@ def corpus(tmp_path_factory) -> Path:
     return root
 
 
-def train(corpus: Path, exp: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--data", str(corpus),
-                           "--exp", str(exp), *TINY, *extra], capture_output=True, text=True, timeout=300)
+@dataclasses.dataclass
+class Run:
+    returncode: int
+    stderr: str
+
+
+def run_main(script: str, argv: list[str]) -> Run:
+    """scripts/<script>.py's main(argv) in this process, stderr captured: a subprocess would spend about 2.5 s
+    of its run importing torch, which this process has already done (15 runs here). What main changes in the
+    process (torch's thread count, SIGTERM/SIGINT handlers) is put back. The command line as users type it is
+    checked once, by test_the_command_line_trains_and_finalizes."""
+    threads = torch.get_num_threads()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            code = load_script(script).main(argv)
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+        err.write(str(exit_.code))
+    finally:
+        torch.set_num_threads(threads)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return Run(code or 0, err.getvalue())
+
+
+def train(corpus: Path, exp: Path, *extra: str) -> Run:
+    return run_main("train", ["--data", str(corpus), "--exp", str(exp), *TINY, *extra])
+
+
+def test_the_command_line_trains_and_finalizes(corpus: Path, tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--data", str(corpus), "--exp",
+                          str(tmp_path / "exp"), *TINY, "--max-steps", "2"], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "exp" / "final" / "final.pt").is_file() and "wrote" in run.stderr
 
 
 def weights(exp: Path, name: str = "checkpoint.pt") -> dict:
@@ -91,8 +130,7 @@ def test_average_checkpoints_writes_the_mean_of_the_weights(corpus: Path, tmp_pa
         assert run.returncode == 0, run.stderr
         snapshots.append(tmp_path / f"step{steps}.pt")
         snapshots[-1].write_bytes((exp / "checkpoint.pt").read_bytes())
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "average_checkpoints.py"), "--model-dir",
-                          str(exp / "final"), *map(str, snapshots)], capture_output=True, text=True, timeout=120)
+    run = run_main("average_checkpoints", ["--model-dir", str(exp / "final"), *map(str, snapshots)])
     assert run.returncode == 0, run.stderr
     averaged = load_model_dir(exp / "final").model.state_dict()
     parts = [weights(path.parent, path.name) for path in snapshots]
