@@ -15,7 +15,7 @@ from bench import gpu_scale
                     reason="the bundled model's graphs are not exported: run bash scripts/build_demo_repo.sh")
 def test_the_scale_check_runs_on_the_cpu(tmp_path, capsys):
     out = tmp_path / "scale.json"
-    assert gpu_scale.main(["--device", "cpu", "--workers", "1,2", "--start", "2", "--max-streams", "4",
+    assert gpu_scale.main(["--device", "cpu", "--workers", "1,2", "--start", "2", "--max-streams", "2",
                            "--seconds", "2", "--clients", "1", "--connections", "2", "--out", str(out)]) == 0
     table = json.loads(out.read_text())
     assert set(table["held"]) == {"1", "2"} and all(held >= 2 for held in table["held"].values())
