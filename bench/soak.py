@@ -35,7 +35,6 @@ import contextlib
 import dataclasses
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -45,6 +44,8 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+
+from bench._server import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -409,12 +410,7 @@ def main() -> int:
         asyncio.run(wait_ready(url, process, 120))
         return asyncio.run(soak(args, url, process.pid, http_port, metrics_port))
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         log.close()
 
 

@@ -51,7 +51,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._server import serve_repository, server_process
+from bench._server import serve_repository, server_process, stop_process
 
 P99_BUDGET_MS = 300.0
 SAMPLE_RATE = 16000
@@ -274,9 +274,8 @@ async def ours_paced(url: str, items, count: int, chunk_ms: float, seconds: floa
         clients = [await stack.enter_async_context(StreamingClient(url, StreamOptions(chunk_ms=chunk_ms,
                                                                                        realtime=True)))
                    for _ in range(max(1, connections))]
-        turn = itertools.cycle(clients)
-        return await _paced_streams(lambda samples: OurTranscriber(next(turn))(samples), items, count, chunk_ms,
-                                    seconds)
+        turn = itertools.cycle([OurTranscriber(client) for client in clients])
+        return await _paced_streams(lambda samples: next(turn)(samples), items, count, chunk_ms, seconds)
 
 
 class SherpaTranscriber:
@@ -359,7 +358,7 @@ class OurServer:
             from bench.workers import start_server
 
             process, self.url = start_server(repo, workers)
-            self._running.callback(_stop_process, process)
+            self._running.callback(stop_process, process)
             self.pid = process.pid
             return
         proc, port = self._running.enter_context(server_process(serve_repository, str(repo), timeout_s=180))
@@ -368,16 +367,6 @@ class OurServer:
 
     def stop(self):
         self._running.close()
-
-
-def _stop_process(process: subprocess.Popen) -> None:
-    """SIGTERM (the supervisor drains its workers), then kill after 30 s."""
-    process.terminate()
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 class SherpaServer:
