@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -47,6 +46,7 @@ def build_repository(work: Path, device: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench._server import stop_process
     from bench.workers import largest_held, start_server
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 held, lines = largest_held(url, args)
             finally:
-                process.send_signal(signal.SIGTERM)
-                process.wait(120)
+                stop_process(process, 120)
             table["held"][workers], table["trials"][workers] = held, lines
             print(f"--workers {workers}: {held} paced streams held (chunk p99 < 300 ms) on {args.device}", flush=True)
             print("\n".join(lines), flush=True)

@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+
+from bench._server import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 CHUNK_MS = 640.0
@@ -165,8 +166,7 @@ def main() -> int:
             try:
                 results[workers], lines = largest_held(url, args)
             finally:
-                process.send_signal(signal.SIGTERM)
-                process.wait(60)
+                stop_process(process, 60)
             print(f"--workers {workers}: {results[workers]} paced streams held (chunk p99 < {P99_LIMIT_MS:.0f} ms)")
             print("\n".join(lines))
     base = results[settings[0]]
