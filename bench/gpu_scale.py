@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--connections", type=int, default=8, help="gRPC connections per generator")
     p.add_argument("--start", type=int, default=64)
     p.add_argument("--max-streams", type=int, default=4096)
+    p.add_argument("--resolution", type=float, default=0.25,
+                   help="bisect until the gap between held and failed counts is at most this share of the held one")
     p.add_argument("--out", type=Path, default=None, help="write the table here as JSON")
     args = p.parse_args(argv)
     if not (MODEL_DIR / "onnx" / "streaming_encoder.onnx").exists():

@@ -265,14 +265,26 @@ class OurTranscriber:
         return r.text, lat[-1], lat
 
 
+def own_connection_client(url: str):
+    """A tritonclient aio client on a TCP connection of its own. gRPC lets channels with equal arguments share
+    one connection, so N default clients in one process are one connection, which the kernel hands to one
+    worker of `asr-server --workers`; a local subchannel pool gives each client its own."""
+    import tritonclient.grpc.aio as aioclient
+
+    most = 2**31 - 1  # tritonclient's own message size limits
+    return aioclient.InferenceServerClient(url, channel_args=[
+        ("grpc.max_send_message_length", most), ("grpc.max_receive_message_length", most),
+        ("grpc.use_local_subchannel_pool", 1)])
+
+
 async def ours_paced(url: str, items, count: int, chunk_ms: float, seconds: float, connections: int = 1) -> dict:
     """Paced streams over ``connections`` gRPC connections, each utterance on the next one in turn (with
     --workers the kernel gives each connection to one worker: one connection would load one worker only)."""
     from asr_client.streaming import StreamingClient, StreamOptions
 
     async with contextlib.AsyncExitStack() as stack:
-        clients = [await stack.enter_async_context(StreamingClient(url, StreamOptions(chunk_ms=chunk_ms,
-                                                                                       realtime=True)))
+        options = StreamOptions(chunk_ms=chunk_ms, realtime=True)
+        clients = [StreamingClient(url, options, await stack.enter_async_context(own_connection_client(url)))
                    for _ in range(max(1, connections))]
         turn = itertools.cycle([OurTranscriber(client) for client in clients])
         return await _paced_streams(lambda samples: next(turn)(samples), items, count, chunk_ms, seconds)

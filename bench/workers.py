@@ -4,11 +4,12 @@
 
 The server runs the bundled streaming_wenet config with bench/stream_overhead.py's fixed-answer model.py (the
 serving layer's cost without the recogniser), as `python -m asr_server --workers N` in a subprocess. The load:
---clients generator processes, each spreading its streams over --connections gRPC connections (the kernel gives
-each connection to one worker; one connection would put every stream on one worker), 640 ms chunks paced at
-real time. The stream count doubles until the chunk p99 passes 300 ms or a stream fails, then one bisection
-step; the largest count that held is printed per setting, and their ratio. The generators share the machine
-with the server: on 2 cores they take CPU from it, and say so by their own CPU time.
+--clients generator processes, each spreading its streams over --connections gRPC connections, each a TCP
+connection of its own (the kernel gives each connection to one worker; one connection would put every stream on
+one worker), 640 ms chunks paced at real time, sent from pre-serialised requests (bench/lean_streams.py) so that
+the generators leave the cores to the server. The stream count doubles until the chunk p99 passes 300 ms or a
+stream fails, then bisects the gap down to --resolution; the largest count that held is printed per setting,
+and their ratio. The generators still share the machine with the server, and say so by their own CPU time.
 """
 
 from __future__ import annotations
@@ -34,34 +35,42 @@ P99_LIMIT_MS = 300.0
 
 
 def generator(url: str, data: str, streams: int, connections: int, seconds: float, offset: float, out) -> None:
-    """One load process: `streams` paced streams over `connections` connections; puts its chunk latencies."""
-    from asr_client.streaming import StreamingClient, StreamOptions
+    """One load process: `streams` paced streams over `connections` connections (bench.lean_streams: requests
+    serialised once, so that the generator leaves the cores to the server); puts its chunk latencies."""
+    import random
+
+    import grpc
+
+    from asr_client.streaming import MAX_SEQUENCE_ID, StreamOptions
+    from bench.lean_streams import paced_sequence, utterance_requests
     from bench.vs_sherpa import load_data
 
-    items = load_data(Path(data))
+    options = StreamOptions(chunk_ms=CHUNK_MS)
+    utterances = [utterance_requests(samples, options.plan, options.model) for _, samples, _ in load_data(Path(data))]
+    # a random base keeps the generator processes' sequence ids apart, as the bundled client's does
+    sequence_ids = iter(range(random.SystemRandom().randrange(1, MAX_SEQUENCE_ID // 2), MAX_SEQUENCE_ID))
 
     async def main():
-        clients = [StreamingClient(url, StreamOptions(chunk_ms=CHUNK_MS, realtime=True))
-                   for _ in range(max(1, min(connections, streams)))]
-        for c in clients:
-            await c.__aenter__()
+        # a local subchannel pool: one TCP connection per channel (gRPC shares a connection between channels
+        # with equal arguments, which would put all of a process's streams on one worker)
+        channels = [grpc.aio.insecure_channel(url, options=[("grpc.use_local_subchannel_pool", 1)])
+                    for _ in range(max(1, min(connections, streams)))]
 
         async def one(i):
             await asyncio.sleep((i / max(1, streams) + offset) * CHUNK_MS / 1000)
             latencies, audio, k = [], 0.0, i
             while audio < seconds:
-                samples = items[k % len(items)][1]
-                result = await clients[i % len(clients)].transcribe(samples)
-                latencies += list(result.chunk_latencies_s)
-                audio += samples.size / 16000
+                utterance = utterances[k % len(utterances)]
+                latencies += await paced_sequence(channels[i % len(channels)], utterance, next(sequence_ids))
+                audio += utterance.seconds
                 k += 1
             return latencies
 
         try:
             results = await asyncio.gather(*(one(i) for i in range(streams)), return_exceptions=True)
         finally:
-            for c in clients:
-                await c.__aexit__(None, None, None)
+            for c in channels:
+                await c.close()
         errors = [r for r in results if isinstance(r, BaseException)]
         return [x for r in results if not isinstance(r, BaseException) for x in r], len(errors)
 
@@ -108,13 +117,15 @@ def largest_held(url: str, args) -> tuple[int, list[str]]:
             break
         best = count
         count *= 2
-    if best and failed_at:  # one bisection step between the last held and the first failed count
+    while best and failed_at and failed_at - best > max(1.0, best * args.resolution):  # bisect the gap
         middle = (best + failed_at) // 2
         p99, errors, cpu = load(url, args, middle)
         lines.append(f"    {middle:5d} streams: chunk p99 {p99:7.0f} ms, failed streams {errors}, generators' "
                      f"CPU {cpu:.1f} s")
         if held(p99, errors):
             best = middle
+        else:
+            failed_at = middle
     return best, lines
 
 
@@ -156,6 +167,8 @@ def main() -> int:
     p.add_argument("--connections", type=int, default=8, help="gRPC connections per generator")
     p.add_argument("--start", type=int, default=32)
     p.add_argument("--max-streams", type=int, default=2048)
+    p.add_argument("--resolution", type=float, default=0.125,
+                   help="bisect until the gap between held and failed counts is at most this share of the held one")
     args = p.parse_args()
     settings = [int(w) for w in args.workers.split(",")]
     results = {}
