@@ -16,6 +16,7 @@ import tritonclient.grpc.aio as grpcclient
 
 from asr_client import longform, offline
 from asr_client.audio import AudioError, load_audio
+from asr_client.connections import own_connection_client
 from asr_client.inputs import Utterance
 from asr_client.streaming import DEFAULT_STREAMING_MODEL, DEFAULT_URL, StreamingClient, StreamingError, StreamOptions
 
@@ -25,6 +26,7 @@ class TranscribeOptions:
     streaming: bool = False  # stream each utterance in chunks instead of one offline request
     model: Optional[str] = None  # default: attention_rescoring offline, streaming_wenet streaming
     concurrency: int = 4  # utterances in flight at once
+    connections: int = 1  # TCP connections they are spread over (`asr-server --workers` serves each on one worker)
     stream: StreamOptions = StreamOptions()  # chunking and pacing when streaming (its model is ignored)
     timeout_s: Optional[float] = None  # per utterance: request or whole stream
     parameters: Optional[Mapping[str, Any]] = None  # request parameters (hotwords, endpoint rules, ...)
@@ -34,6 +36,8 @@ class TranscribeOptions:
     def __post_init__(self):
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        if self.connections < 1:
+            raise ValueError(f"connections must be at least 1, got {self.connections}")
 
     @property
     def model_name(self) -> str:
@@ -84,10 +88,14 @@ async def transcribe_files(
     grpc_client: Optional[grpcclient.InferenceServerClient] = None,
     on_progress: Optional[ProgressCallback] = None,
 ) -> BatchResult:
-    """Transcribe `utterances` (or plain paths) against the server at `url` (or an open `grpc_client`)."""
+    """Transcribe `utterances` (or plain paths) against the server at `url` (or an open `grpc_client`, which is
+    the first of `options.connections`; the others are opened to `url` here)."""
     items = [u if isinstance(u, Utterance) else Utterance(key=Path(u).stem, path=Path(u)) for u in utterances]
-    owns_client = grpc_client is None
-    grpc_client = grpc_client or grpcclient.InferenceServerClient(url)
+    owned = [] if grpc_client is not None else [grpcclient.InferenceServerClient(url)]
+    grpc_client = grpc_client or owned[0]
+    in_flight = min(options.concurrency, max(1, len(items)))
+    extra = [own_connection_client(url) for _ in range(min(options.connections, in_flight) - 1)]
+    owned += extra
     stream_options = StreamOptions(
         model=options.model_name,
         chunk_ms=options.stream.chunk_ms,
@@ -97,16 +105,17 @@ async def transcribe_files(
         parameters={**(options.parameters or {}), **({"details": True} if options.words else {})} or None,
         details=options.words,
     )
-    streamer = StreamingClient(options=stream_options, grpc_client=grpc_client)
+    # one (client, streamer) per connection; each worker below keeps to one, so they share the load
+    connections = [(c, StreamingClient(options=stream_options, grpc_client=c)) for c in [grpc_client, *extra]]
     results: list[Optional[UtteranceResult]] = [None] * len(items)
     queue: asyncio.Queue[int] = asyncio.Queue()
     for index in range(len(items)):
         queue.put_nowait(index)
 
-    async def worker() -> None:
+    async def worker(client: grpcclient.InferenceServerClient, streamer: StreamingClient) -> None:
         while not queue.empty():
             index = queue.get_nowait()
-            result = await _transcribe_one(items[index], options, grpc_client, streamer, on_progress)
+            result = await _transcribe_one(items[index], options, client, streamer, on_progress)
             results[index] = result
             if on_result is not None:
                 on_result(result)
@@ -114,10 +123,10 @@ async def transcribe_files(
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
-        await asyncio.gather(*(worker() for _ in range(min(options.concurrency, max(1, len(items))))))
+        await asyncio.gather(*(worker(*connections[i % len(connections)]) for i in range(in_flight)))
     finally:
-        if owns_client:
-            await grpc_client.close()
+        for client in owned:
+            await client.close()
     return BatchResult(
         results=tuple(r for r in results if r is not None),
         wall_s=loop.time() - started,

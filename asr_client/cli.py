@@ -24,7 +24,7 @@ import tritonclient.grpc.aio as grpcclient
 from tqdm import tqdm
 
 from asr_client import chunking, longform, preflight, report, subtitles, writers
-from asr_client.audio import (SAMPLE_RATE, SNIFF_BYTES, AudioError, decode_audio_bytes, load_audio,
+from asr_client.audio import (SNIFF_BYTES, AudioError, decode_audio_bytes, load_audio,
                               looks_like_container, read_pcm16_blocks)
 from asr_client.batch import BatchResult, TranscribeOptions, UtteranceResult, transcribe_files
 from asr_client.inputs import InputError, Utterance, collect_utterances
@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--data_dir", "--data-dir", dest="data_dir", default=None,
                        help="folder that relative paths in lists are under (default: the list's folder)")
     batch.add_argument("-c", "--concurrency", type=int, default=4, help="utterances in flight (default 4)")
+    batch.add_argument("--connections", type=int, default=1,
+                       help="gRPC connections the utterances in flight are spread over (default 1); a server run "
+                            "with --workers N serves each connection on one worker, so give it N or more")
     batch.add_argument("--streaming", action="store_true", help="stream each utterance in chunks")
     batch.add_argument("-o", "--output", default=None, help="write per-utterance JSONL here (default stdout)")
     batch.add_argument("--summary-json", default=None, help="also write the summary as JSON here")
@@ -308,7 +311,7 @@ async def _transcribe_command(args: argparse.Namespace) -> int:
         if args.long and args.streaming:
             raise ValueError("--long cuts files for the offline model: it does not go with --streaming")
         options = TranscribeOptions(
-            streaming=args.streaming, model=args.model, concurrency=args.concurrency,
+            streaming=args.streaming, model=args.model, concurrency=args.concurrency, connections=args.connections,
             stream=StreamOptions(chunk_ms=args.chunk_ms, wenet_chunks=args.wenet_chunks,
                                  lookahead_ms=args.lookahead_ms, realtime=args.realtime),
             parameters={"hotwords": args.hotwords} if args.hotwords else None,

@@ -265,21 +265,10 @@ class OurTranscriber:
         return r.text, lat[-1], lat
 
 
-def own_connection_client(url: str):
-    """A tritonclient aio client on a TCP connection of its own. gRPC lets channels with equal arguments share
-    one connection, so N default clients in one process are one connection, which the kernel hands to one
-    worker of `asr-server --workers`; a local subchannel pool gives each client its own."""
-    import tritonclient.grpc.aio as aioclient
-
-    most = 2**31 - 1  # tritonclient's own message size limits
-    return aioclient.InferenceServerClient(url, channel_args=[
-        ("grpc.max_send_message_length", most), ("grpc.max_receive_message_length", most),
-        ("grpc.use_local_subchannel_pool", 1)])
-
-
 async def ours_paced(url: str, items, count: int, chunk_ms: float, seconds: float, connections: int = 1) -> dict:
     """Paced streams over ``connections`` gRPC connections, each utterance on the next one in turn (with
     --workers the kernel gives each connection to one worker: one connection would load one worker only)."""
+    from asr_client.connections import own_connection_client
     from asr_client.streaming import StreamingClient, StreamOptions
 
     async with contextlib.AsyncExitStack() as stack:

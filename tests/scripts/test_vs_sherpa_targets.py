@@ -1,8 +1,6 @@
 """bench/vs_sherpa.py's reading of the targets: the CPU budget a target leaves the server on this
 machine, beside the bare floor of the same work."""
 
-from pathlib import Path
-
 import pytest
 
 from bench import vs_sherpa
@@ -81,6 +79,7 @@ def test_our_paced_streams_take_turns_over_the_connections(monkeypatch):
 
     import numpy as np
 
+    import asr_client.connections
     import asr_client.streaming
 
     opened, used = [], []
@@ -107,35 +106,10 @@ def test_our_paced_streams_take_turns_over_the_connections(monkeypatch):
             return type("Result", (), {"text": "x", "chunk_latencies_s": [0.01, 0.02]})()
 
     monkeypatch.setattr(asr_client.streaming, "StreamingClient", FakeClient)
-    monkeypatch.setattr(vs_sherpa, "own_connection_client", FakeConnection)
+    monkeypatch.setattr(asr_client.connections, "own_connection_client", FakeConnection)
     items = [("u", np.zeros(1600, dtype=np.float32), "x")]  # 0.1 s each: 3 utterances per stream
     result = asyncio.run(vs_sherpa.ours_paced("127.0.0.1:1", items, 4, 1.0, 0.25, connections=3))
     assert result["errors"] == 0 and result["audio_s"] == pytest.approx(4 * 0.3)
     assert len(opened) == 3 and not any(c.open for c in opened)
     assert sorted(used.count(c) for c in opened) == [4, 4, 4]  # 12 utterances, in turn
 
-
-def established_connections_to(port: int) -> int:
-    """Established TCP connections to `port` on this machine, counted from the client ends (hex ports, state 01;
-    gRPC's sockets are IPv6 ones with IPv4-mapped addresses, so both tables)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
-                count += 1
-    return count
-
-
-async def test_own_connection_clients_open_a_tcp_connection_each(running, tmp_path):
-    """Without it, clients in one process share one connection, which `--workers` gives to one worker."""
-    async with running(tmp_path) as server:
-        url = f"127.0.0.1:{server.grpc_port}"
-        clients = [vs_sherpa.own_connection_client(url) for _ in range(3)]
-        try:
-            for client in clients:
-                assert await client.is_server_live()
-            assert established_connections_to(server.grpc_port) == 3
-        finally:
-            for client in clients:
-                await client.close()
