@@ -104,5 +104,7 @@ async def paced_sequence(channel: grpc.aio.Channel, utterance: Utterance, sequen
     finally:
         if not sender.done():
             sender.cancel()
+        elif not sender.cancelled():
+            sender.exception()  # retrieved: a failed write ends in the StreamError above, not in a log line
         call.cancel()
     return latencies
