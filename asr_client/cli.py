@@ -387,7 +387,7 @@ async def _run_batch(
             progress.update(1)
 
     try:
-        return await transcribe_files(utterances, options=options, on_result=on_result, grpc_client=grpc_client,
+        return await transcribe_files(utterances, args.url, options, on_result=on_result, grpc_client=grpc_client,
                                       on_progress=on_progress if args.long else None)
     finally:
         progress.close()

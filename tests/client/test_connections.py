@@ -4,6 +4,7 @@ the utterances in flight over N of them: `asr-server --workers` gives each conne
 from __future__ import annotations
 
 import asyncio
+import json
 
 from asr_client.batch import TranscribeOptions, transcribe_files
 from asr_client.cli import main
@@ -39,3 +40,13 @@ async def test_transcribe_spreads_the_utterances_in_flight_over_the_connections(
 async def test_connections_below_one_is_a_usage_error(corpus, capsys):
     rc = await asyncio.to_thread(main, ["transcribe", str(corpus.paths["a"]), "--connections", "0"])
     assert rc == 2 and "connections must be at least 1" in capsys.readouterr().err
+
+
+async def test_the_command_line_opens_its_extra_connections_to_the_server_it_was_given(url, corpus, tmp_path):
+    """Not to the default address: --url's server answers every utterance (none is listening on 8001 here)."""
+    results = tmp_path / "results.jsonl"
+    rc = await asyncio.to_thread(main, [
+        "transcribe", *[str(corpus.paths[k]) for k in "abcd"], "--url", url, "--concurrency", "4",
+        "--connections", "4", "--no-server-stats", "--no-progress", "--output", str(results)])
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert rc == 0 and sorted(r["text"] for r in records) == sorted(corpus.texts[k] for k in "abcd")
