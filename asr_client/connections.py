@@ -11,6 +11,7 @@ from __future__ import annotations
 import tritonclient.grpc.aio as grpcclient
 
 MAX_MESSAGE_BYTES = 2**31 - 1  # tritonclient's own send and receive limits
+OWN_CONNECTION = ("grpc.use_local_subchannel_pool", 1)  # the channel argument: a subchannel pool of its own
 
 
 def own_connection_client(url: str) -> grpcclient.InferenceServerClient:
@@ -18,5 +19,5 @@ def own_connection_client(url: str) -> grpcclient.InferenceServerClient:
     return grpcclient.InferenceServerClient(url, channel_args=[
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.use_local_subchannel_pool", 1),
+        OWN_CONNECTION,
     ])

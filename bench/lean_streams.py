@@ -19,10 +19,10 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from asr_client import chunking
+from asr_client.audio import SAMPLE_RATE
 from asr_client.tensors import TRANSCRIPTS, WAV, WAV_LENS
 
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
-SAMPLE_RATE = 16000
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ def generator(url: str, data: str, streams: int, connections: int, seconds: floa
 
     import grpc
 
+    from asr_client.connections import OWN_CONNECTION
     from asr_client.streaming import MAX_SEQUENCE_ID, StreamOptions
     from bench.lean_streams import paced_sequence, utterance_requests
     from bench.vs_sherpa import load_data
@@ -51,9 +52,8 @@ def generator(url: str, data: str, streams: int, connections: int, seconds: floa
     sequence_ids = iter(range(random.SystemRandom().randrange(1, MAX_SEQUENCE_ID // 2), MAX_SEQUENCE_ID))
 
     async def main():
-        # a local subchannel pool: one TCP connection per channel (gRPC shares a connection between channels
-        # with equal arguments, which would put all of a process's streams on one worker)
-        channels = [grpc.aio.insecure_channel(url, options=[("grpc.use_local_subchannel_pool", 1)])
+        # one TCP connection per channel (asr_client.connections says why)
+        channels = [grpc.aio.insecure_channel(url, options=[OWN_CONNECTION])
                     for _ in range(max(1, min(connections, streams)))]
 
         async def one(i):
@@ -107,22 +107,24 @@ def held(p99: float, errors: int) -> bool:
 
 def largest_held(url: str, args) -> tuple[int, list[str]]:
     lines, best, failed_at = [], 0, None
-    count = args.start
-    while count <= args.max_streams:
+
+    def holds(count: int) -> bool:
+        """One trial at `count` streams, its line in `lines`."""
         p99, errors, cpu = load(url, args, count)
         lines.append(f"    {count:5d} streams: chunk p99 {p99:7.0f} ms, failed streams {errors}, generators' CPU "
                      f"{cpu:.1f} s")
-        if not held(p99, errors):
+        return held(p99, errors)
+
+    count = args.start
+    while count <= args.max_streams:
+        if not holds(count):
             failed_at = count
             break
         best = count
         count *= 2
     while best and failed_at and failed_at - best > max(1.0, best * args.resolution):  # bisect the gap
         middle = (best + failed_at) // 2
-        p99, errors, cpu = load(url, args, middle)
-        lines.append(f"    {middle:5d} streams: chunk p99 {p99:7.0f} ms, failed streams {errors}, generators' "
-                     f"CPU {cpu:.1f} s")
-        if held(p99, errors):
+        if holds(middle):
             best = middle
         else:
             failed_at = middle
