@@ -260,7 +260,7 @@ class InferenceCore:
             loaded.stats.record_request(False, total_ns=0, reason="OTHER")
             raise
         channel = channel or ResponseChannel(asyncio.get_running_loop())
-        batch_size = request.batch_size if loaded.config.max_batch_size > 0 else 1
+        batch_size = request.batch_size if loaded.request_rules.max_batch_size > 0 else 1
         loaded.scheduler.submit(Pending(request, channel, batch_size))
         return channel
 
@@ -270,7 +270,7 @@ class InferenceCore:
         response.model_name = loaded.name
         response.model_version = str(loaded.version)
         response.id = request.id
-        declared = {o.name for o in loaded.config.output}
+        declared = loaded.request_rules.outputs  # read from the config once per loaded version
         if request.outputs:
             by_name = {t.name: t for t in response.outputs}
             missing = [o.name for o in request.outputs if o.name not in by_name]

@@ -6,6 +6,8 @@ config enum names and the byte sizes the validators need.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
@@ -32,6 +34,7 @@ def wire_to_config(wire: str) -> int:
     return mc.DataType.Value("TYPE_STRING" if wire == "BYTES" else f"TYPE_{wire}")
 
 
+@functools.lru_cache(maxsize=64)  # called for every tensor of every request; bounded: names come from clients
 def numpy_dtype(wire: str) -> np.dtype:
     """The numpy dtype that holds tensors of this wire type (object for BYTES)."""
     return np.dtype(triton_to_np_dtype(wire))

@@ -31,7 +31,7 @@ class Tensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(int(d) for d in self.data.shape)
+        return self.data.shape  # numpy's shape is already a tuple of Python ints
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +54,8 @@ class SequenceControl:
         """Why this correlation id is refused, or None. It is an unsigned 64-bit integer or a string; a float
         or a bool (which a JSON or protobuf parameter can carry) would reach the model's CORRID control or its
         state dict unchecked."""
+        if type(self.id) is int and 0 <= self.id <= UINT64_MAX:  # the common case, first
+            return None
         if isinstance(self.id, str):
             return None
         if isinstance(self.id, bool) or not isinstance(self.id, numbers.Integral):

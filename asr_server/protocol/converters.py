@@ -28,6 +28,7 @@ RESERVED_PARAMETERS = {
     "sequence_id", "sequence_start", "sequence_end", "priority", "timeout",
     "triton_enable_empty_final_response", "binary_data_output", "headers",
 }
+SMALL_BYTES_TENSOR = 16  # elements: serialize_bytes packs these itself
 SHM_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 # Typed `contents` field for each datatype (FP16 and BF16 have none: they must be raw).
@@ -44,11 +45,6 @@ CONTENTS_DTYPE = {
 
 
 # ---- parameters ---------------------------------------------------------------------------------
-def parameter_value(param: pb.InferParameter) -> Any:
-    kind = param.WhichOneof("parameter_choice")
-    return getattr(param, kind) if kind else None
-
-
 def set_parameter(param: pb.InferParameter, value: Any) -> None:
     if isinstance(value, bool):
         param.bool_param = value
@@ -60,12 +56,9 @@ def set_parameter(param: pb.InferParameter, value: Any) -> None:
         param.string_param = str(value)
 
 
-def _parameters(params) -> dict[str, Any]:
-    return {key: parameter_value(params[key]) for key in params}
-
-
 def _typed(params) -> dict[str, rules.Typed]:
-    return {key: rules.grpc_typed(params[key]) for key in params}
+    # `if params`: most tensors carry no parameters, and an empty protobuf map is cheap to test, dear to iterate.
+    return {key: rules.grpc_typed(value) for key, value in params.items()} if params else {}
 
 
 # ---- shapes -------------------------------------------------------------------------------------
@@ -75,17 +68,15 @@ def check_shape(shape: tuple[int, ...], datatype: str, name: str) -> None:
     The product skips zero dimensions, as numpy's does: [0, 2^62, 2^62] holds no element yet no array of
     that shape can exist, so it is a client error here rather than a failure later in numpy.
     """
-    if any(d < 0 for d in shape):
+    if shape and min(shape) < 0:
         raise invalid_argument(f"input '{name}' has a negative dimension {list(shape)}")
-    size = ELEMENT_SIZE.get(datatype, 8)  # BYTES: numpy holds one 8-byte object reference per element
-    for d in shape:
-        if d:
-            size *= d
-        if size > rules.INT64_MAX:
-            raise invalid_argument(
-                f"input '{name}' with shape {list(shape)} is too large: its element count or byte size "
-                f"overflows int64"
-            )
+    # Python integers do not overflow, and with every factor >= 1 no partial product exceeds the whole one.
+    count = math.prod(shape) if 0 not in shape else math.prod(d for d in shape if d)
+    size = ELEMENT_SIZE.get(datatype, 8) * count  # BYTES: numpy holds one 8-byte reference per element
+    if size > rules.INT64_MAX:
+        raise invalid_argument(
+            f"input '{name}' with shape {list(shape)} is too large: its element count or byte size overflows int64"
+        )
 
 
 # ---- BYTES --------------------------------------------------------------------------------------
@@ -113,7 +104,12 @@ def deserialize_bytes(raw: bytes, count: int, name: str) -> np.ndarray:
 
 def serialize_bytes(array: np.ndarray) -> bytes:
     """A BYTES tensor as Triton sends it (each element: 4-byte little-endian length, then its bytes; str as
-    UTF-8, other objects as their str), by tritonclient's own encoder."""
+    UTF-8, other objects as their str), by tritonclient's own encoder, except for the common case of a few
+    `bytes` elements (a transcript per streamed chunk), which the encoder's numpy round trip makes dear."""
+    if array.size <= SMALL_BYTES_TENSOR:
+        items = array.reshape(-1).tolist()
+        if all(type(item) is bytes for item in items):
+            return b"".join(struct.pack("<I", len(item)) + item for item in items)
     encoded = serialize_byte_tensor(array)
     return b"" if encoded is None or encoded.size == 0 else encoded.item()
 
@@ -158,50 +154,56 @@ def _decode_contents(contents: pb.InferTensorContents, datatype: str, shape: tup
 
 
 def request_from_pb(message: pb.ModelInferRequest, shm: Optional[SharedMemoryRegistry] = None) -> InferRequest:
-    params = _parameters(message.parameters)
-    controls = rules.controls(_typed(message.parameters), http=False)
-    raw = list(message.raw_input_contents)
-    if raw and len(raw) != len(message.inputs):
+    # Every streamed chunk passes here: each protobuf field is read once (upb builds a new wrapper per access).
+    typed = _typed(message.parameters)
+    controls = rules.controls(typed, http=False)
+    raw = message.raw_input_contents
+    tensors = message.inputs
+    if raw and len(raw) != len(tensors):
         raise invalid_argument(
-            f"expected {len(message.inputs)} raw input contents, got {len(raw)} for model '{message.model_name}'"
+            f"expected {len(tensors)} raw input contents, got {len(raw)} for model '{message.model_name}'"
         )
     inputs = []
-    for index, tensor in enumerate(message.inputs):
-        shape = tuple(int(d) for d in tensor.shape)
-        check_shape(shape, tensor.datatype, tensor.name)
-        tensor_params = _parameters(tensor.parameters)
-        placement = rules.shm_placement(_typed(tensor.parameters), tensor.name, http=False)
+    for index, tensor in enumerate(tensors):
+        name, datatype = tensor.name, tensor.datatype
+        shape = tuple(tensor.shape)
+        check_shape(shape, datatype, name)
+        tensor_typed = _typed(tensor.parameters)
+        placement = rules.shm_placement(tensor_typed, name, http=False) if tensor_typed else None
         if placement is not None:
             if tensor.HasField("contents"):
                 raise invalid_argument(
-                    f"unexpected 'content' provided when using shared memory for input tensor '{tensor.name}' "
+                    f"unexpected 'content' provided when using shared memory for input tensor '{name}' "
                     f"for model '{message.model_name}'"
                 )
             if shm is None:
                 raise invalid_argument("shared memory is not available on this endpoint")
             data = shm.read(placement.region, placement.offset, placement.byte_size)
-            array = decode_raw(data, tensor.datatype, shape, tensor.name)
+            array = decode_raw(data, datatype, shape, name)
         elif raw:
             if tensor.HasField("contents"):
                 raise invalid_argument(
-                    f"contents field must not be specified when using raw_input_contents for '{tensor.name}' "
+                    f"contents field must not be specified when using raw_input_contents for '{name}' "
                     f"for model '{message.model_name}'"
                 )
-            array = decode_raw(raw[index], tensor.datatype, shape, tensor.name)
+            array = decode_raw(raw[index], datatype, shape, name)
         else:
-            array = _decode_contents(tensor.contents, tensor.datatype, shape, tensor.name)
-        rest = {k: v for k, v in tensor_params.items() if k not in SHM_KEYS}
-        inputs.append(Tensor(tensor.name, tensor.datatype, array, rest))
+            array = _decode_contents(tensor.contents, datatype, shape, name)
+        rest = {k: t.value for k, t in tensor_typed.items() if k not in SHM_KEYS} if tensor_typed else {}
+        inputs.append(Tensor(name, datatype, array, rest))
+    outputs = []
     for output in message.outputs:
-        rules.shm_placement(_typed(output.parameters), output.name, http=False)
-    outputs = [RequestedOutput(o.name, _parameters(o.parameters)) for o in message.outputs]
+        output_typed = _typed(output.parameters)
+        if output_typed:
+            rules.shm_placement(output_typed, output.name, http=False)
+        outputs.append(RequestedOutput(output.name, {k: t.value for k, t in output_typed.items()}))
     return InferRequest(
         model_name=message.model_name,
         model_version=message.model_version,
         id=message.id,
         inputs=inputs,
         outputs=outputs,
-        parameters={k: v for k, v in params.items() if k not in RESERVED_PARAMETERS},
+        parameters={k: t.value for k, t in typed.items() if k not in RESERVED_PARAMETERS},
         sequence=controls.sequence,
         priority=controls.priority,
         timeout_us=controls.timeout_us,
@@ -214,13 +216,17 @@ def response_to_pb(
     requested: Optional[list[RequestedOutput]] = None,
     shm: Optional[SharedMemoryRegistry] = None,
     final_flag: Optional[bool] = None,
+    into: Optional[pb.ModelInferResponse] = None,
 ) -> pb.ModelInferResponse:
-    message = pb.ModelInferResponse(model_name=response.model_name, model_version=response.model_version, id=response.id)
+    """The response as a message; `into`: an empty message to fill (a stream's answer fills the
+    `infer_response` of its ModelStreamInferResponse in place instead of having a copy made)."""
+    message = into if into is not None else pb.ModelInferResponse()
+    message.model_name, message.model_version, message.id = response.model_name, response.model_version, response.id
     for key, value in response.parameters.items():
         set_parameter(message.parameters[key], value)
     if final_flag is not None:
         message.parameters["triton_final_response"].bool_param = final_flag
-    placement = {o.name: o.parameters for o in (requested or []) if "shared_memory_region" in o.parameters}
+    placement = {o.name: o.parameters for o in requested if "shared_memory_region" in o.parameters} if requested else {}
     for tensor in response.outputs:
         out = message.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=list(tensor.shape))
         data = tensor_bytes(tensor)

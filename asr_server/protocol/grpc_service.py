@@ -221,8 +221,10 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         Triton flags every streamed response)."""
         if isinstance(item, ServerError):
             return self._stream_error(message, item)
-        return pb.ModelStreamInferResponse(infer_response=converters.response_to_pb(
-            item, request.outputs, self.core.shared_memory, final_flag=True))
+        answer = pb.ModelStreamInferResponse()
+        converters.response_to_pb(item, request.outputs, self.core.shared_memory, final_flag=True,
+                                  into=answer.infer_response)
+        return answer
 
     async def _stream_one(self, message: pb.ModelInferRequest,
                           infer_request: InferRequest) -> AsyncIterator[pb.ModelStreamInferResponse]:
@@ -251,7 +253,7 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def _is_decoupled(self, name: str, version: str) -> bool:
         try:
-            return self.core.model_config(name, version).model_transaction_policy.decoupled
+            return self.core.manager.get(name, version).decoupled
         except ServerError:
             return False
 

@@ -26,12 +26,16 @@ class Typed(NamedTuple):
     value: Any
 
 
+_GRPC_KINDS = {f"{kind}_param": kind for kind in ("bool", "int64", "uint64", "string", "double")}
 def grpc_typed(param) -> Typed:
     """An `InferParameter` -> its kind ("int64" for `int64_param`) and value; "unset" when no field is set."""
     field = param.WhichOneof("parameter_choice")
     if field is None:
-        return Typed("unset", None)
-    return Typed(field[: -len("_param")], getattr(param, field))
+        return _UNSET_TYPED
+    return Typed(_GRPC_KINDS.get(field) or field[: -len("_param")], getattr(param, field))
+
+
+_UNSET_TYPED = Typed("unset", None)
 
 
 def json_typed(value: Any) -> Typed:
@@ -107,18 +111,22 @@ class Controls:
     timeout_us: int  # 0: the queue policy's default
 
 
-def controls(params: Mapping[str, Typed], http: bool) -> Controls:
-    def get(key: str, default: Any) -> Any:
-        return checked(key, params[key], http) if key in params else default
+_NO_CONTROLS = Controls(SequenceControl(), 0, 0)
+_CHECKED_ONLY = {"triton_enable_empty_final_response", "binary_data_output"}  # read elsewhere, checked here
+_CONTROL_KEYS = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"} | _CHECKED_ONLY
 
-    for key in ("triton_enable_empty_final_response", "binary_data_output"):
-        get(key, False)
+
+def controls(params: Mapping[str, Typed], http: bool) -> Controls:
+    if not params:
+        return _NO_CONTROLS
+    values = {key: checked(key, typed, http) for key, typed in params.items() if key in _CONTROL_KEYS}
+    if not values.keys() - _CHECKED_ONLY:
+        return _NO_CONTROLS
     return Controls(
-        sequence=SequenceControl(
-            id=get("sequence_id", 0), start=get("sequence_start", False), end=get("sequence_end", False)
-        ),
-        priority=get("priority", 0),
-        timeout_us=get("timeout", 0),
+        sequence=SequenceControl(id=values.get("sequence_id", 0), start=values.get("sequence_start", False),
+                                 end=values.get("sequence_end", False)),
+        priority=values.get("priority", 0),
+        timeout_us=values.get("timeout", 0),
     )
 
 

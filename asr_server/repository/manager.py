@@ -60,7 +60,7 @@ class LoadedVersion:
     pool: Optional[InstancePool]  # None for an ensemble
     stats: ModelStatistics
 
-    @property
+    @functools.cached_property  # asked for every streamed request; a loaded version's config never changes
     def decoupled(self) -> bool:
         return self.config.model_transaction_policy.decoupled
 

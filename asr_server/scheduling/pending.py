@@ -26,8 +26,9 @@ class ResponseChannel:
     def __init__(self, loop: asyncio.AbstractEventLoop,
                  on_delivery: Optional[Callable[[Delivery, bool], None]] = None) -> None:
         self._loop = loop
-        self._queue: asyncio.Queue[tuple[Delivery, bool]] = asyncio.Queue()
-        # where a delivery goes, on the loop thread: the callback, or the queue `first` and `stream` read
+        # where a delivery goes, on the loop thread: the callback, or the queue `first` and `stream` read (made
+        # only when there is no callback: a streamed chunk's request would build one for nothing)
+        self._queue: Optional[asyncio.Queue[tuple[Delivery, bool]]] = None if on_delivery else asyncio.Queue()
         self._sink: Callable[[Delivery, bool], None] = on_delivery or (lambda item, final: self._queue.put_nowait(
             (item, final)))
         self._closed = False  # set on the first final delivery (on the thread that delivered it)

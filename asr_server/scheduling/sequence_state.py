@@ -9,6 +9,7 @@ as the sequence's next state inputs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -74,9 +75,17 @@ def control_tensors(controls: Sequence[ControlInput], request: InferRequest, bat
             value = control.false_true[int(flags[control.kind])]
         else:
             continue
-        data = np.full(shape, value, dtype=numpy_dtype(control.datatype))
-        tensors.append(Tensor(control.name, control.datatype, data))
+        tensors.append(Tensor(control.name, control.datatype, _control_array(value, control.datatype, shape)))
     return tensors
+
+
+@functools.lru_cache(maxsize=4096)  # START/END/READY take two values each; CORRID one per live sequence
+def _control_array(value, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A control's value as a read-only array, made once and shared by every request that carries it (the
+    same values arrive with every streamed chunk; read-only, like the inputs decoded from the wire)."""
+    data = np.full(shape, value, dtype=numpy_dtype(datatype))
+    data.flags.writeable = False
+    return data
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from asr_server.scheduling.instances import Instance, InstancePool
 from asr_server.scheduling.pending import Pending, ResponseChannel
 from asr_server.scheduling.sequence_batcher import MAX_LOOP_FAILURES, SequenceBatcher
 from asr_server.scheduling.sequence_options import DEFAULT_MAX_SEQUENCES, sequence_options
-from asr_server.scheduling.sequence_state import corrid_value
+from asr_server.scheduling.sequence_state import control_inputs, control_tensors, corrid_value
 from tests.helpers.grpc_streams import stream_all, x_input
 from tests.helpers.sequence_models import accumulator, py_accumulator
 
@@ -268,6 +268,28 @@ async def test_a_model_that_does_not_batch_gets_controls_and_state_without_a_bat
     await h.settled()
     assert await value(h.send(3, 5.0, end=True)) == 7.0
     assert {shape for seen in h.model.seen() for shape in seen.shapes.values()} == {(1,)}
+
+
+def test_control_tensors_are_shared_read_only_arrays_of_the_declared_types():
+    """Every streamed chunk carries the same control values: their arrays are made once and shared, so they
+    are read-only (as the inputs decoded from the wire are), and equal values of different declared types
+    (START int32 1, READY bool True) stay apart."""
+    config = mc.ModelConfig()
+    text_format.Parse(f"sequence_batching {{ {CONTROLS} }}", config)
+    controls = control_inputs(config)
+
+    def tensors(sequence_id, **flags):
+        request = InferRequest("m", sequence=SequenceControl(sequence_id, **flags))
+        return {t.name: t for t in control_tensors(controls, request, batched=True)}
+
+    first, again, other = tensors(7, start=True), tensors(7, start=True), tensors(8)
+    assert {name: (t.datatype, t.data.dtype.name, t.data.tolist()) for name, t in first.items()} == {
+        "START": ("INT32", "int32", [[1]]), "END": ("FP32", "float32", [[0.0]]),
+        "READY": ("BOOL", "bool", [[True]]), "CORRID": ("UINT64", "uint64", [[7]])}
+    assert all(again[name].data is first[name].data for name in first)
+    assert other["CORRID"].data.tolist() == [[8]] and other["START"].data.tolist() == [[0]]
+    with pytest.raises(ValueError):
+        first["START"].data[0, 0] = 5
 
 
 def test_string_correlation_ids_reach_the_model_as_bytes_or_hashed_to_uint64():

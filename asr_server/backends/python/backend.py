@@ -23,7 +23,7 @@ from asr_server.backends.python import model_config
 from asr_server.backends.python import triton_python_backend_utils as pb_utils
 from asr_server.backends.python.api.routes import use_route
 from asr_server.backends.python.bls import InstanceRoute
-from asr_server.backends.python.convert import pb_error_response, pb_tensor, server_tensor
+from asr_server.backends.python.convert import pb_error_response, pb_input, server_tensor
 from asr_server.backends.python.error_codes import server_error
 from asr_server.backends.python.event_loop import ModelEventLoop
 from asr_server.backends.python.importer import (
@@ -204,7 +204,7 @@ class PythonBackend(Backend):
     def _model_input(self, tensor: messages.Tensor) -> pb_utils.Tensor:
         io = self._input_reshapes.get(tensor.name)
         if io is None:
-            return pb_tensor(tensor)
+            return pb_input(tensor)
         return pb_utils.Tensor(tensor.name, to_model_shape(tensor.data, io, self._batching))
 
     def _client_output(self, tensor: messages.Tensor) -> messages.Tensor:

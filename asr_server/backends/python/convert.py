@@ -40,6 +40,11 @@ def pb_tensor(tensor: messages.Tensor) -> pb_utils.Tensor:
     return pb_utils.Tensor(tensor.name, tensor.data)
 
 
+def pb_input(tensor: messages.Tensor) -> pb_utils.Tensor:
+    """A validated request input for the model (no checks repeated)."""
+    return pb_utils.Tensor._of_server_array(tensor.name, tensor.data)
+
+
 def pb_response(response: InferResponse) -> pb_utils.InferenceResponse:
     converted = pb_utils.InferenceResponse(output_tensors=[pb_tensor(t) for t in response.outputs])
     converted._parameters = dict(response.parameters)  # server parameters may hold any JSON value

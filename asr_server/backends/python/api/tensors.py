@@ -44,6 +44,16 @@ class Tensor:
         # Not np.ascontiguousarray: it turns a 0-d array into 1-d, and Triton keeps a 0-d output 0-d.
         self._array = array if array.flags.c_contiguous else np.array(array, order="C")
 
+    @classmethod
+    def _of_server_array(cls, name: str, array: np.ndarray) -> "Tensor":
+        """A request input the server decoded and validated (a named, C-ordered array of a Triton dtype):
+        wrapped without `__init__`'s checks, which every input of every streamed chunk would repeat."""
+        if not array.flags.c_contiguous:
+            return cls(name, array)
+        tensor = cls.__new__(cls)
+        tensor._name, tensor._array = name, array
+        return tensor
+
     def name(self) -> str:
         return self._name
 
