@@ -42,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
+from asr_data.clips import syllables, trim_silence
+
 DRASCULA_DIR = Path("/usr/share/scummvm/drascula/en")
 SAMPLE_RATE = 11025
 HEADER = TRAILER = 32           # bytes around a clip's samples
@@ -64,17 +66,6 @@ class Clip:
     name: str       # clip file name without .ALS, upper case: '1', 'D57', 'VB12'
     text: str       # the line as written in the game (English, upper case)
     speaker: str    # the character: 'hacker', 'drascula', 'igor', ... (table above)
-
-
-def syllables(text: str) -> int:
-    """A rough count of the syllables of an English text: vowel groups per word, a final silent e dropped."""
-    count = 0
-    for word in re.findall(r"[a-z]+", text.lower().replace("'", "")):
-        groups = len(re.findall(r"[aeiouy]+", word))
-        if groups > 1 and word.endswith("e") and not word.endswith(("le", "ee")):
-            groups -= 1
-        count += max(1, groups)
-    return count
 
 
 def d_speaker(n: int) -> str:
@@ -150,21 +141,6 @@ def clips(root: Path = DRASCULA_DIR) -> list[Clip]:
             continue
         out.append(Clip(name, text, speaker or d_speaker(n)))
     return out
-
-
-def trim_silence(audio: np.ndarray, rate: int, floor: float = 0.02, margin: float = 0.1) -> np.ndarray:
-    """Drop leading and trailing silence (10 ms frames under `floor` RMS), keeping `margin` seconds of it.
-    Some clips hold seconds of silence (3.ALS opens with 6.7 s)."""
-    frame = rate // 100
-    n = audio.size // frame
-    if not n:
-        return audio
-    rms = np.sqrt((audio[:n * frame].reshape(n, frame) ** 2).mean(axis=1))
-    loud = np.flatnonzero(rms > floor)
-    if not loud.size:
-        return audio
-    keep = int(margin * rate)
-    return audio[max(0, loud[0] * frame - keep):min(audio.size, (loud[-1] + 1) * frame + keep)]
 
 
 def clip_audio(name: str, root: Path = DRASCULA_DIR) -> tuple[np.ndarray, int]:

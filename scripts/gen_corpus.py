@@ -19,7 +19,8 @@ are skipped. Raising a split's size later (--train 60000) appends new indices an
 
 Splits: test_template (old templates, like test_a), test_digits (digit strings), test_open (held-out text
 sources, training voices), test_heldout_voice (held-out synthesiser: SVOX Pico), train (the rest).
-The real-speech split (ROOT/real) is written by scripts/get_real_speech.sh.
+The real-speech split (ROOT/real) is written by scripts/get_real_speech.sh; the games' voiced lines by the
+`fotaq` and `drascula` commands, and, only when asked for (non-commercial licence), `uqm`.
 """
 
 from __future__ import annotations
@@ -355,6 +356,34 @@ FROZEN_TRAIN = 15_568  # the train split's size when the data-v2 training data w
 KALDI_FILES = ("wav.scp", "text", "utt2spk", "utt2dur")
 
 
+def uqm_run(args) -> int:
+    """Real speech under a NON-COMMERCIAL licence, only when asked for: The Ur-Quan Masters' voiced dialogue
+    (scripts/get_uqm.sh; 21 characters, 6,610 subtitle lines, 8.0 h), cut into lines (asr_data/uqm.py),
+    resampled to 16 kHz flac, as ROOT/uqm/uqm_train. A model trained on it is CC BY-NC-SA 2.5."""
+    from asr_data import uqm
+
+    if not uqm.VOICE_PACK.exists():
+        sys.exit(f"{uqm.VOICE_PACK} missing: bash scripts/get_uqm.sh")
+    out = args.root / "uqm"
+    if (out / "complete").exists() and (out / "uqm_train" / "text").exists():
+        print(f"uqm: already in {out}")
+        return 0
+    current: dict = {}  # the entry being cut: write_real_clips asks for each line's audio right after its line
+
+    def lines():
+        for entry in uqm.entries(uqm.VOICE_PACK, uqm.CONTENT_PACK):
+            audio = uqm.entry_audio(entry, uqm.VOICE_PACK)
+            current.clear()
+            for line in uqm.cut(entry, audio):
+                current[line.name] = uqm.line_audio(line, audio)
+                yield ("uqm_train", f"uqm_train_{line.name}", line.name, line.text, line.race, line.race)
+
+    counts, made, skipped = write_real_clips(out, "uqm", lines(), lambda name: (current[name], uqm.SAMPLE_RATE))
+    (out / "complete").write_text("")
+    print(f"uqm: {counts}, made {made} now, {skipped} lines not normalisable")
+    return 0
+
+
 def _kaldi_rows(folder: Path) -> dict[str, dict[str, str]]:
     """{utt: {file: value}} of a Kaldi-style folder's files."""
     rows: dict[str, dict[str, str]] = {}
@@ -492,6 +521,8 @@ def _leg_locked(args) -> int:
     game_train = [r for r in game if r["split"] == "fotaq_train"]
     game_train += [dict(r, path=str(Path("drascula") / r["path"]))
                    for r in read_rows(root / "drascula" / "manifest.jsonl")]
+    if args.with_uqm:  # non-commercial: only when asked for (asr_data/uqm.py)
+        game_train += [dict(r, path=str(Path("uqm") / r["path"])) for r in read_rows(root / "uqm" / "manifest.jsonl")]
     synth_h = sum(r["dur"] for r in mine) / 3600
     real_h = sum(r["dur"] for r in game_train) / 3600
     _write_kaldi(mine + game_train, root, legs / f"leg{args.leg}" / "train")
@@ -507,7 +538,8 @@ def _leg_locked(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq", "drascula", "freeze", "leg"))
+    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq", "drascula", "uqm", "freeze",
+                                        "leg"))
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--seed", type=int, default=None, help="first run only (default 2026); fixed after")
     for split in SPLIT_ORDER:
@@ -522,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--leg", type=int, default=0, help="leg: the relay leg whose data to make")
     ap.add_argument("--minutes", type=float, default=30.0, help="leg: time budget for synthesis")
     ap.add_argument("--jobs", type=int, default=2, help="leg: synthesis processes")
+    ap.add_argument("--with-uqm", action="store_true",
+                    help="leg: train on The Ur-Quan Masters' lines too (`uqm` first; CC BY-NC-SA: non-commercial)")
     args = ap.parse_args(argv)
     if args.command == "leg":
         return leg(args)
@@ -533,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         return fotaq_run(args)
     if args.command == "drascula":
         return drascula_run(args)
+    if args.command == "uqm":
+        return uqm_run(args)
     if args.command == "bench":
         return bench(args)
     if args.command == "export":

@@ -64,13 +64,15 @@ def run(cmd: list[str], **kw) -> None:
     subprocess.run([str(c) for c in cmd], check=True, cwd=REPO, **kw)
 
 
-def setup() -> None:
+def setup(with_uqm: bool) -> None:
     """The voices and the real-speech split (idempotent scripts; minutes on a fresh machine, seconds after)."""
     run(["bash", "scripts/get_tts_voices.sh"])
     run(["bash", "scripts/get_real_speech.sh"])
+    if with_uqm:
+        run(["bash", "scripts/get_uqm.sh"])
 
 
-def make_data(leg: int, minutes: float, seed: int) -> Path:
+def make_data(leg: int, minutes: float, seed: int, with_uqm: bool) -> Path:
     train = ROOT / "legs" / f"leg{leg}" / "train"
     if (train / "text").exists():
         print(f"leg {leg}'s data is already in {train}: reused", flush=True)
@@ -78,23 +80,26 @@ def make_data(leg: int, minutes: float, seed: int) -> Path:
     tts = ROOT / "tts-venv" / "bin" / "python"
     run([tts, "scripts/gen_corpus.py", "fotaq"])
     run([tts, "scripts/gen_corpus.py", "drascula"])  # from leg 2 on: 0.77 h more real voices (12 speakers)
+    if with_uqm:  # non-commercial (asr_data/uqm.py); only when the state or the command line asks for it
+        run([tts, "scripts/gen_corpus.py", "uqm"])
     run([tts, "scripts/gen_corpus.py", "leg", "--leg", leg, "--minutes", minutes, "--jobs", os.cpu_count() or 2,
-         "--seed", seed])
+         "--seed", seed, *(["--with-uqm"] if with_uqm else [])])
     return train
 
 
 KALDI_FILES = ("wav.scp", "text", "utt2dur", "utt2spk")  # the files of a training split that a leg joins
+REAL_SPEECH = ("fotaq_", "drascula_", "uqm_")
+CLEAN_STATE = REPO / "models" / "open_en_wip"  # licence-clean: the default's successor (never --with-uqm)  # utterance id prefixes of the games' recorded lines
 
 
 def with_earlier_legs(leg: int) -> Path:
     """This leg's split joined with the utterances of earlier legs' splits whose audio is still on this machine
     (a machine that kept its data folder need not spend a leg's first half hour on synthesis for fresh variety:
     a short new batch plus what earlier legs made). Utterance ids are unique across legs (each leg draws its
-    own index range) and the game's lines, in every leg, are taken once. The real speech (the lines every
-    leg's split shares) is then repeated until it is at least half of the utterances, as in a leg's own split,
-    so that the extra synthetic variety does not dilute it. Written to legs/leg<N>/train_all."""
+    own index range) and the game's lines, in every leg, are taken once. The real speech (the games' lines,
+    REAL_SPEECH) is then repeated until it is at least half of the utterances, as in a leg's own split, so that
+    the extra synthetic variety does not dilute it. Written to legs/leg<N>/train_all."""
     rows: dict[str, dict[str, str]] = {}
-    splits: list[set[str]] = []
     for n in [leg, *range(leg - 1, 0, -1)]:
         folder = ROOT / "legs" / f"leg{n}" / "train"
         if not (folder / "text").exists():
@@ -102,15 +107,14 @@ def with_earlier_legs(leg: int) -> Path:
         tables = {name: dict(line.split(maxsplit=1) for line in (folder / name).read_text().splitlines())
                   for name in KALDI_FILES}
         kept = 0
-        splits.append(set(tables["wav.scp"]))
         for utt, path in tables["wav.scp"].items():
             if utt in rows or not Path(path).exists():
                 continue
             rows[utt] = {name: table[utt] for name, table in tables.items()}
             kept += 1
         print(f"leg {n}'s split: {kept} utterances taken", flush=True)
-    real = sorted(set.intersection(*splits) & set(rows)) if len(splits) > 1 else []
-    if real:
+    real = sorted(utt for utt in rows if utt.startswith(REAL_SPEECH))
+    if real and len(real) < len(rows):
         repeats = max(1, -(-(len(rows) - len(real)) // len(real)))  # ceil(synthetic / real)
         for copy in range(2, repeats + 1):
             rows.update({f"{utt}_r{copy}": rows[utt] for utt in real})
@@ -224,7 +228,7 @@ def adopt(state_dir: Path, state: dict, model_dir: Path) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--state", type=Path, default=REPO / "models" / "open_en_wip", help="the committed state folder")
+    ap.add_argument("--state", type=Path, default=CLEAN_STATE, help="the committed state folder")
     ap.add_argument("--data-minutes", type=float, default=30.0, help="synthesis time of this leg's data")
     ap.add_argument("--train-minutes", type=float, default=90.0, help="training time of this leg")
     ap.add_argument("--skip-setup", action="store_true", help="voices and real speech are installed")
@@ -232,6 +236,10 @@ def main(argv=None) -> int:
                     help="evaluate this model dir on the relay's splits and stop")
     ap.add_argument("--adopt", type=Path, default=None, metavar="MODEL_DIR",
                     help="record a leg trained elsewhere (a GPU leg): evaluate it and make it the state")
+    ap.add_argument("--with-uqm", action="store_true",
+                    help="train on The Ur-Quan Masters' voiced lines too (11 h, 21 characters), from this leg on: "
+                         "recorded in relay.json, so later legs keep them. CC BY-NC-SA 2.5: the model becomes "
+                         "non-commercial (asr_data/uqm.py)")
     ap.add_argument("--with-earlier-legs", action="store_true",
                     help="train on this leg's data plus earlier legs' data still on this machine (pair it with a "
                          "shorter --data-minutes)")
@@ -239,15 +247,22 @@ def main(argv=None) -> int:
 
     state_path = args.state / "relay.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else json.loads(json.dumps(FIRST_STATE))
+    with_uqm = args.with_uqm or state.get("data", {}).get("uqm", False)
+    if with_uqm and args.state.resolve() == CLEAN_STATE.resolve():
+        sys.exit(f"--with-uqm makes the model non-commercial (CC BY-NC-SA 2.5), and {CLEAN_STATE} stays licence-clean "
+                 "(its MODEL_CARD.md): branch a state of its own first, e.g. cp -r models/open_en_wip "
+                 "models/open_en_nc, then --state models/open_en_nc")
     if not args.skip_setup:
-        setup()
+        setup(with_uqm)
     if args.eval_only:
         print(json.dumps(evaluate(args.eval_only, ROOT / "legs" / f"eval_{args.eval_only.name}.json"), indent=1))
         return 0
     if args.adopt:
         return adopt(args.state, state, args.adopt)
     leg = state["leg"] + 1
-    data = make_data(leg, args.data_minutes, state["seed"])
+    data = make_data(leg, args.data_minutes, state["seed"], with_uqm)
+    if with_uqm:
+        state.setdefault("data", {})["uqm"] = True  # sticky: the weights now derive from non-commercial data
     if args.with_earlier_legs:
         data = with_earlier_legs(leg)
     data_h = sum(float(line.split()[1]) for line in (data / "utt2dur").read_text().splitlines()) / 3600

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from tests.conftest import ROOT
@@ -68,11 +69,29 @@ def test_a_leg_with_earlier_legs_takes_their_surviving_audio_once(tmp_path, monk
     legs = tmp_path / "legs"
     game = (tmp_path / "game_1.wav", "a game line")
     _split(legs / "leg1" / "train", [("syn_1", tmp_path / "a1.wav", "one"), ("syn_2", tmp_path / "gone.wav", "two"),
-                                     ("game_1", *game)])
-    _split(legs / "leg3" / "train", [("syn_9", tmp_path / "a9.wav", "nine"), ("game_1", *game)])
+                                     ("fotaq_train_1", *game)])
+    _split(legs / "leg3" / "train", [("syn_9", tmp_path / "a9.wav", "nine"), ("syn_8", tmp_path / "a8.wav", "eight"),
+                                     ("fotaq_train_1", *game), ("uqm_train_a-000-0", tmp_path / "u.wav", "hello")])
     out = relay.with_earlier_legs(3)
     texts = (out / "text").read_text().splitlines()
-    # leg 2 absent, leg 1's lost wav left out; the game line (in every leg's split) repeated to half the data
-    assert texts == ["game_1 a game line", "game_1_r2 a game line", "syn_1 one", "syn_9 nine"]
-    assert len((out / "wav.scp").read_text().splitlines()) == 4
+    # leg 2 absent, leg 1's lost wav left out; the games' lines (the game line in every leg's split, the UQM
+    # line only in leg 3's: added from that leg on) repeated to at least half of the data
+    assert texts == ["fotaq_train_1 a game line", "fotaq_train_1_r2 a game line", "syn_1 one", "syn_8 eight",
+                     "syn_9 nine", "uqm_train_a-000-0 hello", "uqm_train_a-000-0_r2 hello"]
+    assert len((out / "wav.scp").read_text().splitlines()) == 7
     assert (out / "utt2spk").read_text().splitlines()[2] == "syn_1 s1"
+
+
+def test_the_licence_clean_state_refuses_the_non_commercial_data(tmp_path, monkeypatch):
+    """--with-uqm (CC BY-NC-SA voices) is refused for models/open_en_wip before anything runs; a state of its
+    own takes it."""
+    relay = load_script("relay_leg")
+    monkeypatch.setattr(relay, "setup", lambda with_uqm: pytest.fail("nothing may run"))
+    with pytest.raises(SystemExit, match="non-commercial"):
+        relay.main(["--with-uqm", "--skip-setup"])
+    state = tmp_path / "open_en_nc"
+    state.mkdir()
+    (state / "relay.json").write_text(json.dumps({**relay.FIRST_STATE, "data": {"uqm": True}}))
+    monkeypatch.setattr(relay, "make_data", lambda *a: (_ for _ in ()).throw(RuntimeError(f"make_data{a}")))
+    with pytest.raises(RuntimeError, match=r"make_data\(1, 30.0, 2026, True\)"):
+        relay.main(["--state", str(state), "--skip-setup"])  # the state's own record keeps the data on
