@@ -1,6 +1,7 @@
 """Paced streams held at chunk p99 < 300 ms by `asr-server --workers 1` and `--workers N`, serving layer only.
 
     python -m bench.workers [--workers 1,2] [--seconds 10] [--clients 2] [--connections 8]
+    python -m bench.workers --load perf_analyzer      # NVIDIA's C++ load generator (scripts/get_perf_analyzer.sh)
 
 The server runs the bundled streaming_wenet config with bench/stream_overhead.py's fixed-answer model.py (the
 serving layer's cost without the recogniser), as `python -m asr_server --workers N` in a subprocess. The load:
@@ -10,12 +11,19 @@ one worker), 640 ms chunks paced at real time, sent from pre-serialised requests
 the generators leave the cores to the server. The stream count doubles until the chunk p99 passes 300 ms or a
 stream fails, then bisects the gap down to --resolution; the largest count that held is printed per setting,
 and their ratio. The generators still share the machine with the server, and say so by their own CPU time.
+
+With --load perf_analyzer the load is NVIDIA's perf_analyzer instead (C++, a fraction of the Python
+generators' CPU): S streams are S concurrent sequences (--num-of-sequences) of --seconds of 640 ms chunks at
+S / 0.64 requests a second in all (request-rate mode, over its own connections), and a count holds when its
+p99 is under 300 ms and it kept up with the rate. The repository then declares TRANSCRIPTS only, since
+perf_analyzer asks for every declared output and the fixed-answer model makes no DETAILS.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import subprocess
@@ -101,6 +109,55 @@ def load(url: str, args, streams: int) -> tuple[float, int, float]:
     return p99, errors, cpu
 
 
+KEEP_UP = 0.95  # perf_analyzer's throughput must reach this share of the rate it was asked to send
+
+
+def perf_analyzer_input(folder: Path) -> Path:
+    """perf_analyzer's --input-data: one 640 ms chunk (silence: the fixed-answer model does not read it)."""
+    samples = int(CHUNK_MS / 1000 * 16000)
+    path = folder / "chunk.json"
+    path.write_text(json.dumps({"data": [{"WAV": {"content": [0.0] * samples, "shape": [samples]},
+                                          "WAV_LENS": [samples]}]}))
+    return path
+
+
+def load_perf_analyzer(url: str, args, streams: int) -> tuple[float, int, float]:
+    """(chunk p99 ms, failed: 1 when perf_analyzer failed or fell behind the rate, its CPU-s) of `streams`
+    sequences paced as streams by perf_analyzer's request rate."""
+    import resource
+
+    from asr_server.analyzer.perf import LoadPoint, PerfError, PerfSettings, Workload, measure
+
+    settings = PerfSettings(args.perf_binary, measurement_interval_ms=int(args.seconds * 1000), max_trials=3,
+                            extra_args=("--num-of-sequences", str(streams), "--max-threads",
+                                        str(args.perf_threads)))
+    workload = Workload(input_args=("--input-data", str(args.perf_input)), sequence=True, streaming=True,
+                        sequence_length=max(1, round(args.seconds * 1000 / CHUNK_MS)))
+    rate = streams / (CHUNK_MS / 1000)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        metrics = measure(settings, url, "streaming_wenet", workload, LoadPoint(request_rate=rate))
+        p99, failed = metrics.p99_ms, int(metrics.throughput < KEEP_UP * rate)
+    except PerfError as exc:
+        print(f"    perf_analyzer at {streams} streams: {exc}", flush=True)
+        p99, failed = float("inf"), 1
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return p99, failed, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def transcripts_only(repo: Path) -> None:
+    """Drop every output but TRANSCRIPTS from the repository's streaming_wenet config."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    path = repo / "streaming_wenet" / "config.pbtxt"
+    config = text_format.Parse(path.read_text(), mc.ModelConfig())
+    kept = [o for o in config.output if o.name == "TRANSCRIPTS"]
+    del config.output[:]
+    config.output.extend(kept)
+    path.write_text(text_format.MessageToString(config))
+
+
 def held(p99: float, errors: int) -> bool:
     return errors == 0 and p99 < P99_LIMIT_MS
 
@@ -110,8 +167,8 @@ def largest_held(url: str, args) -> tuple[int, list[str]]:
 
     def holds(count: int) -> bool:
         """One trial at `count` streams, its line in `lines`."""
-        p99, errors, cpu = load(url, args, count)
-        lines.append(f"    {count:5d} streams: chunk p99 {p99:7.0f} ms, failed streams {errors}, generators' CPU "
+        p99, errors, cpu = (load_perf_analyzer if args.load == "perf_analyzer" else load)(url, args, count)
+        lines.append(f"    {count:5d} streams: chunk p99 {p99:7.0f} ms, failed {errors}, load generators' CPU "
                      f"{cpu:.1f} s")
         return held(p99, errors)
 
@@ -171,11 +228,21 @@ def main() -> int:
     p.add_argument("--max-streams", type=int, default=2048)
     p.add_argument("--resolution", type=float, default=0.125,
                    help="bisect until the gap between held and failed counts is at most this share of the held one")
+    p.add_argument("--load", choices=("python", "perf_analyzer"), default="python",
+                   help="the load generator: bench/lean_streams.py processes, or NVIDIA's perf_analyzer")
+    p.add_argument("--perf-threads", type=int, default=8, help="perf_analyzer's --max-threads")
     args = p.parse_args()
+    if args.load == "perf_analyzer":
+        from asr_server.analyzer.perf import find_binary
+
+        args.perf_binary = find_binary()
     settings = [int(w) for w in args.workers.split(",")]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        repo = no_op_repository(Path(tmp))
+        repo = no_op_repository(Path(tmp) / "repo")
+        if args.load == "perf_analyzer":
+            transcripts_only(repo)
+            args.perf_input = perf_analyzer_input(Path(tmp))
         for workers in settings:
             process, url = start_server(repo, workers)
             try:
