@@ -112,15 +112,16 @@ class Controls:
 
 
 _NO_CONTROLS = Controls(SequenceControl(), 0, 0)
-_CHECKED_ONLY = {"triton_enable_empty_final_response", "binary_data_output"}  # read elsewhere, checked here
-_CONTROL_KEYS = {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"} | _CHECKED_ONLY
+_CHECKED_ONLY = ("triton_enable_empty_final_response", "binary_data_output")  # read elsewhere, checked here
+# in this order, whatever the client's: with two bad parameters, the error names the same one every time
+_CONTROL_KEYS = (*_CHECKED_ONLY, "sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
 
 
 def controls(params: Mapping[str, Typed], http: bool) -> Controls:
     if not params:
         return _NO_CONTROLS
-    values = {key: checked(key, typed, http) for key, typed in params.items() if key in _CONTROL_KEYS}
-    if not values.keys() - _CHECKED_ONLY:
+    values = {key: checked(key, params[key], http) for key in _CONTROL_KEYS if key in params}
+    if not values.keys() - set(_CHECKED_ONLY):
         return _NO_CONTROLS
     return Controls(
         sequence=SequenceControl(id=values.get("sequence_id", 0), start=values.get("sequence_start", False),

@@ -75,17 +75,28 @@ def control_tensors(controls: Sequence[ControlInput], request: InferRequest, bat
             value = control.false_true[int(flags[control.kind])]
         else:
             continue
-        tensors.append(Tensor(control.name, control.datatype, _control_array(value, control.datatype, shape)))
+        if control.datatype == "BYTES":  # a client's string id: not kept beyond its request
+            data = _read_only(np.full(shape, value, dtype=np.object_))
+        else:
+            data = _control_array(value, control.datatype, shape)
+        tensors.append(Tensor(control.name, control.datatype, data))
     return tensors
 
 
-@functools.lru_cache(maxsize=4096)  # START/END/READY take two values each; CORRID one per live sequence
+@functools.lru_cache(maxsize=4096)  # START/END/READY take two values each; a numeric CORRID one per sequence
 def _control_array(value, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
     """A control's value as a read-only array, made once and shared by every request that carries it (the
     same values arrive with every streamed chunk; read-only, like the inputs decoded from the wire)."""
-    data = np.full(shape, value, dtype=numpy_dtype(datatype))
+    return _read_only(np.full(shape, value, dtype=numpy_dtype(datatype)))
+
+
+def _read_only(data: np.ndarray) -> np.ndarray:
+    """A read-only view of a read-only array: a model cannot turn it writeable again (setflags refuses a view
+    whose base is read-only), so a shared control value cannot be changed for the requests that follow."""
     data.flags.writeable = False
-    return data
+    view = data.view()
+    view.flags.writeable = False
+    return view
 
 
 @dataclasses.dataclass(frozen=True)

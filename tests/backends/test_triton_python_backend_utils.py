@@ -69,6 +69,30 @@ def test_dlpack_with_torch() -> None:
     assert torch.from_dlpack(pb_utils.Tensor("F", np.ones(2, np.float16))).tolist() == [1.0, 1.0]
 
 
+def test_read_only_inputs_reach_torch_as_copies_that_it_may_write() -> None:
+    """Inputs decoded from the wire and the shared control inputs are read-only arrays: DLPack hands out a copy,
+    so `torch.from_dlpack(...).add_(...)` works and cannot change the value the next request sees."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.dlpack import from_dlpack
+
+    from asr_server.messages import InferRequest, SequenceControl
+    from asr_server.scheduling.sequence_state import ControlInput, control_tensors
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    start = [ControlInput("START", mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_START, "INT32", (0, 1))]
+    request = InferRequest("m", sequence=SequenceControl(5, start=True))
+    control = control_tensors(start, request, batched=True)[0].data
+    wire = np.frombuffer(np.array([1.5, 2.5], np.float32).tobytes(), np.float32)  # as request_from_pb decodes
+    for array in (control, wire):
+        tensor = pb_utils.Tensor._of_server_array("X", array)
+        torch.from_dlpack(tensor).add_(40)
+        from_dlpack(tensor.to_dlpack()).add_(40)
+    assert control_tensors(start, request, batched=True)[0].data.tolist() == [[1]]
+    assert wire.tolist() == [1.5, 2.5]
+    with pytest.raises(ValueError):
+        control.setflags(write=True)  # nor can a model make the shared array writeable again
+
+
 def test_serialize_and_deserialize_bytes() -> None:
     encoded = pb_utils.serialize_byte_tensor(np.array([b"ab", "ü", b""], dtype=np.object_))
     assert encoded == b"\x02\x00\x00\x00ab\x02\x00\x00\x00\xc3\xbc\x00\x00\x00\x00"

@@ -140,6 +140,11 @@ GRPC_BAD_PARAMETERS = [
     ({"timeout": ("int64_param", -5)}, "invalid value for 'timeout', expected value >= 0."),
     ({"triton_enable_empty_final_response": ("int64_param", 1)},
      "invalid value type for 'triton_enable_empty_final_response' parameter, expected bool_param."),
+    # two bad ones: the error names the same one whatever order the client's map holds them in
+    ({"timeout": ("string_param", "x"), "sequence_id": ("double_param", 1.5)},
+     "invalid value type for 'sequence_id' parameter"),
+    ({"sequence_id": ("double_param", 1.5), "timeout": ("string_param", "x")},
+     "invalid value type for 'sequence_id' parameter"),
 ]
 
 

@@ -71,15 +71,18 @@ class Tensor:
         return True
 
     def to_dlpack(self) -> Any:
-        """A DLPack capsule sharing this tensor's memory (not for BYTES tensors)."""
-        if self._array.dtype.kind in ("O", "S", "U"):
-            raise TritonModelException("DLPack does not have support for string tensors.")
-        return self._array.__dlpack__()
+        """A DLPack capsule sharing this tensor's memory (not for BYTES tensors); of a copy when the array is
+        read-only (request inputs decoded from the wire, the shared control inputs), since a DLPack consumer
+        such as torch may write to what it receives."""
+        return self._exported().__dlpack__()
 
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        return self._exported().__dlpack__(**kwargs)
+
+    def _exported(self) -> np.ndarray:
         if self._array.dtype.kind in ("O", "S", "U"):
             raise TritonModelException("DLPack does not have support for string tensors.")
-        return self._array.__dlpack__(**kwargs)
+        return self._array if self._array.flags.writeable else self._array.copy()
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (_DLPACK_CPU, 0)
