@@ -167,7 +167,9 @@ def largest_held(url: str, args) -> tuple[int, list[str]]:
 
     def holds(count: int) -> bool:
         """One trial at `count` streams, its line in `lines`."""
-        p99, errors, cpu = (load_perf_analyzer if args.load == "perf_analyzer" else load)(url, args, count)
+        # bench/gpu_scale.py shares this search with its own arguments, without --load: the Python generators
+        generator = load_perf_analyzer if getattr(args, "load", "python") == "perf_analyzer" else load
+        p99, errors, cpu = generator(url, args, count)
         lines.append(f"    {count:5d} streams: chunk p99 {p99:7.0f} ms, failed {errors}, load generators' CPU "
                      f"{cpu:.1f} s")
         return held(p99, errors)
