@@ -85,3 +85,10 @@ def summary(rows: Iterable[dict]) -> dict[str, dict[str, list[float]]]:
             cell[0] += 1
             cell[1] += r["dur"] / 3600
     return out
+
+
+def leg_name(leg: int, with_uqm: bool) -> str:
+    """A relay leg's folder name under ROOT/legs and ROOT/exp. A leg that trains on The Ur-Quan Masters'
+    non-commercial lines has folders of its own, so a licence-clean relay never reuses its data or its
+    checkpoints (a non-commercial relay branched from a clean one counts the same leg numbers)."""
+    return f"leg{leg}_uqm" if with_uqm else f"leg{leg}"

@@ -15,9 +15,11 @@ Layout (an independent reader of the packages' files, no UQM code):
   are the player's lines, not voiced); the voice pack carries its own copy of six of these texts.
 
 Cutting: an entry of n lines has n - 1 subtitle times; each is moved to the quietest 20 ms within
-BOUNDARY_SEARCH_S of it (subtitle times drift from the speech by a few hundred ms), and a line is kept only
-when both its ends fell in a pause (a frame under PAUSE_SHARE of the clip's typical loudness), its length is
-plausible for its text (MIN/MAX_SYLLABLES_PER_SECOND) and at most MAX_SECONDS, and its text normalises.
+BOUNDARY_SEARCH_S of it (subtitle times drift from the speech by a few hundred ms; a time whose search would
+reach past the clip's start or end ends the cutting there, and times closer together than the search drop the
+entry), and a line is kept only when both its ends fell in a pause (a frame under PAUSE_SHARE of the clip's
+typical loudness), its length is plausible for its text (MIN/MAX_SYLLABLES_PER_SECOND) and at most
+MAX_SECONDS, and its text normalises.
 Characters whose voices are processed with effects (EFFECT_RACES: robots, a probe, voices through vocoders or
 pitch shifts) are left out.
 """
@@ -120,8 +122,11 @@ def entries(voice_pack: Path = VOICE_PACK, content_pack: Path = CONTENT_PACK,
             else:
                 continue
             times = parse_times(voice.read(ts_name).decode("utf-8", "replace"))
+            taken = set()  # a clip named by two entries is one recording: the first entry's text is kept
             for label, (ogg, lines) in parse_text(text.decode("utf-8", "replace")).items():
-                if f"3dovoice/{race}/{ogg}" in clips and lines and len(times.get(label, ())) == len(lines) - 1:
+                if (f"3dovoice/{race}/{ogg}" in clips and ogg not in taken and lines
+                        and len(times.get(label, ())) == len(lines) - 1):
+                    taken.add(ogg)
                     out.append(Entry(race, label, ogg, tuple(lines), tuple(times[label])))
     return sorted(out, key=lambda e: (e.race, e.ogg))
 
@@ -146,19 +151,29 @@ def cut(entry: Entry, audio: np.ndarray) -> list[Line]:
     pause_level = PAUSE_SHARE * (np.median(loud) if loud.size else 0.0)
     # boundaries in samples: the clip's start, each subtitle time moved to the quietest nearby frame, its end
     bounds, clean = [0], [True]
-    elapsed = 0
-    search = int(BOUNDARY_SEARCH_S / FRAME_S)
+    elapsed_ms = 0
+    search = round(BOUNDARY_SEARCH_S * SAMPLE_RATE / frame)
     for ms in entry.times_ms:
-        elapsed += ms
-        centre = int(elapsed / 1000 / FRAME_S)
-        lo, hi = max(0, centre - search), min(rms.size, centre + search + 1)
-        if lo >= hi:  # the subtitle times run past the clip: the rest cannot be placed
-            return [line for line in _lines(entry, bounds, clean) if line is not None]
+        elapsed_ms += ms
+        centre = round(elapsed_ms / 1000 * SAMPLE_RATE / frame)
+        lo, hi = centre - search, centre + search + 1
+        if lo < 0 or hi > rms.size:
+            # The search would reach past the clip's start or end, where the quietest frame may be the clip's
+            # own leading or trailing silence rather than the pause between two lines: the line this boundary
+            # ends, and every later one, cannot be placed. The lines before it can.
+            return _kept(entry, bounds, clean)
         best = lo + int(np.argmin(rms[lo:hi]))
-        bounds.append((best * frame) + frame // 2)
+        boundary = best * frame + frame // 2
+        if boundary <= bounds[-1]:  # two subtitle times closer than the search: which speech is whose is unknown
+            return []
+        bounds.append(boundary)
         clean.append(bool(rms[best] <= pause_level))
     bounds.append(audio.size)
     clean.append(True)
+    return _kept(entry, bounds, clean)
+
+
+def _kept(entry: Entry, bounds: list[int], clean: list[bool]) -> list[Line]:
     return [line for line in _lines(entry, bounds, clean) if line is not None]
 
 
@@ -167,7 +182,7 @@ def _lines(entry: Entry, bounds: list[int], clean: list[bool]) -> Iterator[Optio
         start, end = bounds[i], bounds[i + 1]
         text = entry.lines[i]
         seconds = (end - start) / SAMPLE_RATE
-        if end <= start or seconds > MAX_SECONDS or not (clean[i] and clean[i + 1]):
+        if seconds > MAX_SECONDS or not (clean[i] and clean[i + 1]):
             yield None
             continue
         rate = syllables(text) / seconds

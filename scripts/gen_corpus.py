@@ -40,7 +40,7 @@ import numpy as np
 import soundfile as sf
 
 from asr_data import augment, text_sources, textgen, voices
-from asr_data.manifest import Manifest, export_kaldi, read_rows, summary
+from asr_data.manifest import Manifest, export_kaldi, leg_name, read_rows, summary
 from asr_data.text_sources import Line
 
 ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
@@ -358,7 +358,7 @@ KALDI_FILES = ("wav.scp", "text", "utt2spk", "utt2dur")
 
 def uqm_run(args) -> int:
     """Real speech under a NON-COMMERCIAL licence, only when asked for: The Ur-Quan Masters' voiced dialogue
-    (scripts/get_uqm.sh; 21 characters, 6,610 subtitle lines, 8.0 h), cut into lines (asr_data/uqm.py),
+    (scripts/get_uqm.sh; 21 characters, 6,621 subtitle lines, 8.0 h), cut into lines (asr_data/uqm.py),
     resampled to 16 kHz flac, as ROOT/uqm/uqm_train. A model trained on it is CC BY-NC-SA 2.5."""
     from asr_data import uqm
 
@@ -464,7 +464,8 @@ def leg(args) -> int:
     the synthetic test splits' first EVAL_SIZE utterances (the same every leg), then this leg's training
     utterances, train-split indices leg * LEG_STRIDE + 0, 1, 2, ... until the time is up (each index is the
     same utterance on every machine, so a leg's data is a prefix of its own fixed sequence), made by --jobs
-    processes. Writes ROOT/legs/leg<N>/train (this leg's synthetic utterances plus the game's training lines)
+    processes. Writes ROOT/legs/leg<N>/train (this leg's synthetic utterances plus the game's training lines;
+    leg<N>_uqm/train with --with-uqm, asr_data.manifest.leg_name)
     and ROOT/legs/eval/<split> for every evaluation split."""
     args.root.mkdir(parents=True, exist_ok=True)
     with open(args.root / "gen.lock", "w") as lock:  # one writer of the manifest at a time
@@ -521,11 +522,13 @@ def _leg_locked(args) -> int:
     game_train = [r for r in game if r["split"] == "fotaq_train"]
     game_train += [dict(r, path=str(Path("drascula") / r["path"]))
                    for r in read_rows(root / "drascula" / "manifest.jsonl")]
-    if args.with_uqm:  # non-commercial: only when asked for (asr_data/uqm.py)
+    if args.with_uqm:  # non-commercial: only when asked for (asr_data/uqm.py), into folders of its own
+        if not (root / "uqm" / "complete").exists():
+            sys.exit(f"{root / 'uqm'} is not complete: run `gen_corpus.py uqm` first")
         game_train += [dict(r, path=str(Path("uqm") / r["path"])) for r in read_rows(root / "uqm" / "manifest.jsonl")]
     synth_h = sum(r["dur"] for r in mine) / 3600
     real_h = sum(r["dur"] for r in game_train) / 3600
-    _write_kaldi(mine + game_train, root, legs / f"leg{args.leg}" / "train")
+    _write_kaldi(mine + game_train, root, legs / leg_name(args.leg, args.with_uqm) / "train")
     for split in SPLIT_ORDER[:-1]:
         _write_kaldi([r for r in rows if r["split"] == split and r["index"] < EVAL_SIZE], root,
                      legs / "eval" / split)

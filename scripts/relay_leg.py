@@ -33,6 +33,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from asr_data.manifest import leg_name
+
 REPO = Path(__file__).resolve().parent.parent
 ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
 PY = sys.executable
@@ -73,7 +75,7 @@ def setup(with_uqm: bool) -> None:
 
 
 def make_data(leg: int, minutes: float, seed: int, with_uqm: bool) -> Path:
-    train = ROOT / "legs" / f"leg{leg}" / "train"
+    train = ROOT / "legs" / leg_name(leg, with_uqm) / "train"
     if (train / "text").exists():
         print(f"leg {leg}'s data is already in {train}: reused", flush=True)
         return train
@@ -88,20 +90,34 @@ def make_data(leg: int, minutes: float, seed: int, with_uqm: bool) -> Path:
 
 
 KALDI_FILES = ("wav.scp", "text", "utt2dur", "utt2spk")  # the files of a training split that a leg joins
-REAL_SPEECH = ("fotaq_", "drascula_", "uqm_")
-CLEAN_STATE = REPO / "models" / "open_en_wip"  # licence-clean: the default's successor (never --with-uqm)  # utterance id prefixes of the games' recorded lines
+REAL_SPEECH = ("fotaq_", "drascula_", "uqm_")  # utterance id prefixes of the games' recorded lines
+NON_COMMERCIAL = "uqm_"  # the prefix of lines a licence-clean model must never train on
+CLEAN_STATE = REPO / "models" / "open_en_wip"  # licence-clean: the default's successor (never --with-uqm)
 
 
-def with_earlier_legs(leg: int) -> Path:
+def check_licence(data: Path, with_uqm: bool) -> None:
+    """A licence-clean leg stops before training if its data holds any non-commercial line."""
+    if with_uqm:
+        return
+    found = [line.split(maxsplit=1)[0] for line in (data / "text").read_text().splitlines()
+             if line.startswith(NON_COMMERCIAL)]
+    if found:
+        sys.exit(f"{data} holds {len(found)} non-commercial lines (e.g. {found[0]}) but this state is "
+                 "licence-clean: remove that folder and make the leg's data again")
+
+
+def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
     """This leg's split joined with the utterances of earlier legs' splits whose audio is still on this machine
     (a machine that kept its data folder need not spend a leg's first half hour on synthesis for fresh variety:
     a short new batch plus what earlier legs made). Utterance ids are unique across legs (each leg draws its
     own index range) and the game's lines, in every leg, are taken once. The real speech (the games' lines,
     REAL_SPEECH) is then repeated until it is at least half of the utterances, as in a leg's own split, so that
-    the extra synthetic variety does not dilute it. Written to legs/leg<N>/train_all."""
+    the extra synthetic variety does not dilute it. A non-commercial leg (with_uqm) takes both kinds of earlier
+    folders, a licence-clean one only clean ones (asr_data.manifest.leg_name). Written to <leg>/train_all."""
     rows: dict[str, dict[str, str]] = {}
-    for n in [leg, *range(leg - 1, 0, -1)]:
-        folder = ROOT / "legs" / f"leg{n}" / "train"
+    folders = [ROOT / "legs" / leg_name(n, kind) / "train" for n in [leg, *range(leg - 1, 0, -1)]
+               for kind in ((True, False) if with_uqm else (False,))]
+    for folder in folders:
         if not (folder / "text").exists():
             continue
         tables = {name: dict(line.split(maxsplit=1) for line in (folder / name).read_text().splitlines())
@@ -112,14 +128,14 @@ def with_earlier_legs(leg: int) -> Path:
                 continue
             rows[utt] = {name: table[utt] for name, table in tables.items()}
             kept += 1
-        print(f"leg {n}'s split: {kept} utterances taken", flush=True)
+        print(f"{folder.parent.name}'s split: {kept} utterances taken", flush=True)
     real = sorted(utt for utt in rows if utt.startswith(REAL_SPEECH))
     if real and len(real) < len(rows):
         repeats = max(1, -(-(len(rows) - len(real)) // len(real)))  # ceil(synthetic / real)
         for copy in range(2, repeats + 1):
             rows.update({f"{utt}_r{copy}": rows[utt] for utt in real})
         print(f"real speech: {len(real)} utterances, each {repeats} times", flush=True)
-    out = ROOT / "legs" / f"leg{leg}" / "train_all"
+    out = ROOT / "legs" / leg_name(leg, with_uqm) / "train_all"
     out.mkdir(parents=True, exist_ok=True)
     for name in KALDI_FILES:
         (out / name).write_text("".join(f"{utt} {row[name]}\n" for utt, row in sorted(rows.items())))
@@ -175,7 +191,7 @@ def has_bf16() -> bool:
 
 def train(state: dict, leg: int, data: Path, minutes: float, state_dir: Path) -> Path:
     net, sch = state["network"], state["schedule"]
-    exp = ROOT / "exp" / f"leg{leg}"
+    exp = ROOT / "exp" / leg_name(leg, state.get("data", {}).get("uqm", False))
     cmd = [PY, "scripts/train.py", "--data", data, "--exp", exp, "--max-minutes", minutes, "--save-minutes", 5,
            "--threads", os.cpu_count() or 2, "--seed", state["seed"] + leg, "--batch", sch["batch"],
            "--bpe-size", net["bpe_size"], "--d-model", net["d_model"], "--heads", net["heads"], "--ffn", net["ffn"],
@@ -264,7 +280,8 @@ def main(argv=None) -> int:
     if with_uqm:
         state.setdefault("data", {})["uqm"] = True  # sticky: the weights now derive from non-commercial data
     if args.with_earlier_legs:
-        data = with_earlier_legs(leg)
+        data = with_earlier_legs(leg, with_uqm)
+    check_licence(data, with_uqm)
     data_h = sum(float(line.split()[1]) for line in (data / "utt2dur").read_text().splitlines()) / 3600
     t0 = time.time()
     exp = train(state, leg, data, args.train_minutes, args.state)

@@ -70,16 +70,26 @@ def test_a_leg_with_earlier_legs_takes_their_surviving_audio_once(tmp_path, monk
     game = (tmp_path / "game_1.wav", "a game line")
     _split(legs / "leg1" / "train", [("syn_1", tmp_path / "a1.wav", "one"), ("syn_2", tmp_path / "gone.wav", "two"),
                                      ("fotaq_train_1", *game)])
-    _split(legs / "leg3" / "train", [("syn_9", tmp_path / "a9.wav", "nine"), ("syn_8", tmp_path / "a8.wav", "eight"),
-                                     ("fotaq_train_1", *game), ("uqm_train_a-000-0", tmp_path / "u.wav", "hello")])
-    out = relay.with_earlier_legs(3)
-    texts = (out / "text").read_text().splitlines()
-    # leg 2 absent, leg 1's lost wav left out; the games' lines (the game line in every leg's split, the UQM
-    # line only in leg 3's: added from that leg on) repeated to at least half of the data
-    assert texts == ["fotaq_train_1 a game line", "fotaq_train_1_r2 a game line", "syn_1 one", "syn_8 eight",
-                     "syn_9 nine", "uqm_train_a-000-0 hello", "uqm_train_a-000-0_r2 hello"]
-    assert len((out / "wav.scp").read_text().splitlines()) == 7
+    _split(legs / "leg3" / "train", [("syn_9", tmp_path / "a9.wav", "nine"), ("fotaq_train_1", *game)])
+    _split(legs / "leg3_uqm" / "train", [("syn_8", tmp_path / "a8.wav", "eight"), ("fotaq_train_1", *game),
+                                         ("uqm_train_a-000-0", tmp_path / "u.wav", "hello")])
+    out = relay.with_earlier_legs(3, with_uqm=False)
+    # leg 2 absent, leg 1's lost wav left out, the non-commercial leg's folder not looked at; the game line
+    # repeated to half of the data
+    assert out == legs / "leg3" / "train_all"
+    assert (out / "text").read_text().splitlines() == ["fotaq_train_1 a game line", "fotaq_train_1_r2 a game line",
+                                                       "syn_1 one", "syn_9 nine"]
     assert (out / "utt2spk").read_text().splitlines()[2] == "syn_1 s1"
+    relay.check_licence(out, with_uqm=False)  # clean: passes
+    # a non-commercial leg takes both kinds of folders; its games' lines (the UQM one only in its own folder)
+    # are repeated to at least half
+    out = relay.with_earlier_legs(3, with_uqm=True)
+    assert out == legs / "leg3_uqm" / "train_all"
+    assert (out / "text").read_text().splitlines() == [
+        "fotaq_train_1 a game line", "fotaq_train_1_r2 a game line", "syn_1 one", "syn_8 eight", "syn_9 nine",
+        "uqm_train_a-000-0 hello", "uqm_train_a-000-0_r2 hello"]
+    with pytest.raises(SystemExit, match="non-commercial"):
+        relay.check_licence(out, with_uqm=False)
 
 
 def test_the_licence_clean_state_refuses_the_non_commercial_data(tmp_path, monkeypatch):

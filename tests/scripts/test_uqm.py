@@ -131,3 +131,25 @@ def test_a_line_longer_than_max_seconds_is_dropped():
     first_ms = int(uqm.MAX_SECONDS * 1000) + 1150
     entry = uqm.Entry("utwig", "A", "utwig-000.ogg", (words, "Then the rest of it."), (first_ms,))
     assert [line.text for line in uqm.cut(entry, audio)] == ["Then the rest of it."]
+
+
+def test_a_subtitle_time_whose_search_reaches_the_clips_end_ends_the_cutting_there():
+    # three lines; the second time (3.9 s) lies within the search of the clip's end (4.0 s): its quietest frame
+    # could be the clip's trailing silence, so the second and third lines are not cut; the first one is
+    audio = np.concatenate([speech(1.5), pause(0.3), speech(1.6, 330.0), pause(0.6)])
+    entry = uqm.Entry("chmmr", "A", "chmmr-000.ogg", ("Greetings, Captain.", "We are the Chmmr.", "Yes."),
+                      (1650, 2250))
+    assert [line.text for line in uqm.cut(entry, audio)] == ["Greetings, Captain."]
+
+
+def test_subtitle_times_closer_than_the_search_drop_the_entry():
+    audio = np.concatenate([speech(1.5), pause(0.3), speech(0.3, 330.0), pause(0.3), speech(1.5, 440.0)])
+    entry = uqm.Entry("supox", "A", "supox-000.ogg", ("One two three four.", "Five.", "Six seven eight nine."),
+                      (1650, 100))
+    assert uqm.cut(entry, audio) == []
+
+
+def test_a_clip_named_by_two_entries_keeps_the_first_entrys_text(tmp_path: Path):
+    text = "#(A)\tumgah-000.ogg\nFirst text.\n\n#(B)\tumgah-000.ogg\nSecond text.\n"
+    voice, content = packs(tmp_path, {"umgah-000.ogg": speech(1.0)}, {"umgah": text}, {"umgah": "#(A) \n#(B) \n"})
+    assert [e.lines for e in uqm.entries(voice, content)] == [("First text.",)]
