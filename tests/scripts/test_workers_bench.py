@@ -30,7 +30,7 @@ def test_the_perf_analyzer_repository_declares_transcripts_only_and_the_input_is
 def test_a_few_paced_sequences_from_perf_analyzer_hold(tmp_path: Path):
     repo = no_op_repository(tmp_path / "repo")
     transcripts_only(repo)
-    args = SimpleNamespace(perf_binary=BUNDLED_BINARY, perf_input=perf_analyzer_input(tmp_path), perf_threads=2,
+    args = SimpleNamespace(perf_binary=BUNDLED_BINARY, perf_input=perf_analyzer_input(tmp_path), perf_processes=2,
                            seconds=2.0)
     process, url = start_server(repo, 1)
     try:
