@@ -32,7 +32,7 @@ import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 import soundfile as sf
@@ -174,22 +174,16 @@ def cut(entry: Entry, audio: np.ndarray) -> list[Line]:
 
 
 def _kept(entry: Entry, bounds: list[int], clean: list[bool]) -> list[Line]:
-    return [line for line in _lines(entry, bounds, clean) if line is not None]
-
-
-def _lines(entry: Entry, bounds: list[int], clean: list[bool]) -> Iterator[Optional[Line]]:
-    for i in range(len(bounds) - 1):
+    """The lines between consecutive bounds whose both ends are clean and whose length suits their text."""
+    kept = []
+    for i, text in enumerate(entry.lines[:len(bounds) - 1]):
         start, end = bounds[i], bounds[i + 1]
-        text = entry.lines[i]
         seconds = (end - start) / SAMPLE_RATE
         if seconds > MAX_SECONDS or not (clean[i] and clean[i + 1]):
-            yield None
             continue
-        rate = syllables(text) / seconds
-        if not MIN_SYLLABLES_PER_SECOND <= rate <= MAX_SYLLABLES_PER_SECOND:
-            yield None
-            continue
-        yield Line(entry.race, f"{entry.ogg[:-4]}-{i}", text, start, end)
+        if MIN_SYLLABLES_PER_SECOND <= syllables(text) / seconds <= MAX_SYLLABLES_PER_SECOND:
+            kept.append(Line(entry.race, f"{entry.ogg[:-4]}-{i}", text, start, end))
+    return kept
 
 
 def line_audio(line: Line, audio: np.ndarray) -> np.ndarray:

@@ -27,15 +27,15 @@ class Typed(NamedTuple):
 
 
 _GRPC_KINDS = {f"{kind}_param": kind for kind in ("bool", "int64", "uint64", "string", "double")}
+_UNSET_TYPED = Typed("unset", None)
+
+
 def grpc_typed(param) -> Typed:
     """An `InferParameter` -> its kind ("int64" for `int64_param`) and value; "unset" when no field is set."""
     field = param.WhichOneof("parameter_choice")
     if field is None:
         return _UNSET_TYPED
     return Typed(_GRPC_KINDS.get(field) or field[: -len("_param")], getattr(param, field))
-
-
-_UNSET_TYPED = Typed("unset", None)
 
 
 def json_typed(value: Any) -> Typed:
@@ -113,6 +113,7 @@ class Controls:
 
 _NO_CONTROLS = Controls(SequenceControl(), 0, 0)
 _CHECKED_ONLY = ("triton_enable_empty_final_response", "binary_data_output")  # read elsewhere, checked here
+_CHECKED_ONLY_SET = frozenset(_CHECKED_ONLY)
 # in this order, whatever the client's: with two bad parameters, the error names the same one every time
 _CONTROL_KEYS = (*_CHECKED_ONLY, "sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
 
@@ -121,7 +122,7 @@ def controls(params: Mapping[str, Typed], http: bool) -> Controls:
     if not params:
         return _NO_CONTROLS
     values = {key: checked(key, params[key], http) for key in _CONTROL_KEYS if key in params}
-    if not values.keys() - set(_CHECKED_ONLY):
+    if values.keys() <= _CHECKED_ONLY_SET:
         return _NO_CONTROLS
     return Controls(
         sequence=SequenceControl(id=values.get("sequence_id", 0), start=values.get("sequence_start", False),
