@@ -1,6 +1,7 @@
 """The benchmarks' server processes, gRPC only, each on a free 127.0.0.1 port: our server on a model
-repository (`serve_repository`), and a bare grpcio servicer on the same stubs to measure it against
-(`serve_echo`).
+repository (`serve_repository`), and bare grpcio servicers on the same stubs to measure it against: one that
+answers each request at once (`serve_echo`) and one that batches streamed chunks and runs each batch on a
+thread as our server does, with nothing else (`serve_batching_floor`).
 
 Each runs as a multiprocessing (spawn) target; it puts the bound port on `port_queue` and serves until killed.
 `server_process` starts one and stops it.
@@ -68,16 +69,93 @@ def serve_echo(port_queue) -> None:
 
         async def ModelStreamInfer(self, request_iterator, context):
             async for request in request_iterator:
-                response = pb.ModelStreamInferResponse()
-                answer = response.infer_response
-                answer.model_name, answer.id = request.model_name, request.id
-                answer.outputs.add(name="TRANSCRIPTS", datatype="BYTES").shape.append(1)
-                answer.raw_output_contents.append(transcript)
-                yield response
+                yield _echo_answer(pb, request, transcript)
 
     async def main():
         server = grpc.aio.server()
         service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), server)
+        port_queue.put(server.add_insecure_port("127.0.0.1:0"))
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+def _echo_answer(pb, request, transcript: bytes):
+    """ECHO_TRANSCRIPT as a streamed answer to `request` (TRANSCRIPTS, BYTES, shape [1])."""
+    response = pb.ModelStreamInferResponse()
+    answer = response.infer_response
+    answer.model_name, answer.id = request.model_name, request.id
+    answer.outputs.add(name="TRANSCRIPTS", datatype="BYTES").shape.append(1)
+    answer.raw_output_contents.append(transcript)
+    return response
+
+
+def serve_batching_floor(port_queue, queue_delay_s: float = 0.02) -> None:
+    """The least a batching streaming server costs in Python: ModelStreamInfer reads each stream's requests in
+    a task of its own (so that requests are answered as they complete, not one at a time), collects chunks of
+    all streams for `queue_delay_s` (streaming_wenet's max_queue_delay), hands each batch to a one-thread
+    executor that views each WAV as an array, and answers on the event loop after one thread hop: the
+    architecture of our server's streaming path with no conversion, validation, sequence state, statistics or
+    python-backend objects. Measured beside serve_echo, it shows what the architecture costs and what our
+    implementation adds."""
+    import concurrent.futures
+
+    import grpc
+    import numpy as np
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc
+
+    transcript = struct.pack("<I", len(ECHO_TRANSCRIPT)) + ECHO_TRANSCRIPT
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+    class BatchingFloor(service_pb2_grpc.GRPCInferenceServiceServicer):
+        def __init__(self) -> None:
+            self.batch: list = []  # (request, its stream's outbox) collected since the timer started
+            self.timer = None
+
+        def flush(self) -> None:
+            batch, self.batch, self.timer = self.batch, [], None
+            loop = asyncio.get_running_loop()
+
+            def work() -> None:
+                for request, _ in batch:
+                    np.frombuffer(request.raw_input_contents[0], np.float32)
+                loop.call_soon_threadsafe(deliver)
+
+            def deliver() -> None:
+                for request, outbox in batch:
+                    outbox.put_nowait(_echo_answer(pb, request, transcript))
+
+            executor.submit(work)
+
+        async def ModelStreamInfer(self, request_iterator, context):
+            outbox: asyncio.Queue = asyncio.Queue()
+            counts = [0, 0]  # requests read, answers written
+            reading = [True]
+
+            async def read() -> None:
+                async for request in request_iterator:
+                    counts[0] += 1
+                    self.batch.append((request, outbox))
+                    if self.timer is None:
+                        self.timer = asyncio.get_running_loop().call_later(queue_delay_s, self.flush)
+                reading[0] = False
+                outbox.put_nowait(None)  # wakes the writer, which may be waiting with nothing left to answer
+
+            reader = asyncio.get_running_loop().create_task(read())
+            try:
+                while reading[0] or counts[1] < counts[0]:
+                    answer = await outbox.get()
+                    if answer is not None:
+                        counts[1] += 1
+                        yield answer
+            finally:
+                reader.cancel()
+
+    async def main():
+        server = grpc.aio.server()
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(BatchingFloor(), server)
         port_queue.put(server.add_insecure_port("127.0.0.1:0"))
         await server.start()
         await server.wait_for_termination()

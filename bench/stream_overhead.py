@@ -5,10 +5,14 @@
 The same paced streams (bench.stream_cpu's load: 640 ms chunks at real time, the bundled client) go to
   raw:  bench._server.serve_echo, a grpcio aio servicer whose ModelStreamInfer answers each request with a
         fixed transcript (no conversion, no scheduling: the floor of Python gRPC streaming here), and
+  floor: bench._server.serve_batching_floor, a grpcio aio servicer built as our streaming path is (a reader
+        task per stream, chunks of all streams batched for 20 ms, each batch run on a thread, answers
+        written back from the event loop) and doing nothing else: what that architecture costs in Python, and
   ours: our server on a repository holding the bundled streaming_wenet's config (sequence batcher, its
         controls and queue delay, two instances) with a model.py that returns the same fixed transcript,
-so the difference is our protocol conversion, validation, sequence batching, thread hops and python-backend
-wrapping, without the recogniser's work. Prints each server's CPU-seconds per audio-second (process CPU
+so ours minus raw is our protocol conversion, validation, sequence batching, thread hops and python-backend
+wrapping, without the recogniser's work, and ours minus floor the part of it that the architecture does not
+need. Prints each server's CPU-seconds per audio-second (process CPU
 time from /proc), per chunk, by thread, and ours / raw; the two alternate `--repeats` times.
 """
 
@@ -24,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._server import ECHO_TRANSCRIPT, serve_echo, serve_repository, server_process
+from bench._server import ECHO_TRANSCRIPT, serve_batching_floor, serve_echo, serve_repository, server_process
 from bench.stream_cpu import thread_cpu
 from bench.vs_sherpa import cpu_seconds, load_data, ours_paced
 
@@ -77,22 +81,27 @@ def main() -> int:
     args = parser.parse_args()
     items = load_data(args.data)
     print(f"{args.streams} paced streams, 640 ms chunks, ~{args.seconds:.0f} s of audio each")
-    ratios = []
+    ratios, floors = [], []
     with tempfile.TemporaryDirectory() as tmp:
         repo = no_op_repository(Path(tmp))
         for repeat in range(args.repeats):
             runs = {name: measure(target, extra, items, args.streams, args.seconds)
                     for name, target, extra in (("raw grpcio", serve_echo, ()),
+                                                ("floor", serve_batching_floor, ()),
                                                 ("ours", serve_repository, (str(repo),)))}
             for name, r in runs.items():
                 threads = ", ".join(f"{t} {v:.4f}" for t, v in r["threads"].items())
                 print(f"  {repeat + 1} {name:>10}: {r['cpu_per_audio_s']:.4f} CPU-s per audio-s = "
                       f"{r['ms_per_chunk']:.2f} ms per chunk ({r['cores']:.2f} cores; chunk p99 "
                       f"{r['chunk_p99_ms']:.0f} ms; errors {r['errors']}); by thread: {threads}")
-            ratios.append(runs["ours"]["cpu_per_audio_s"] / runs["raw grpcio"]["cpu_per_audio_s"])
+            raw = runs["raw grpcio"]
+            ratios.append(runs["ours"]["cpu_per_audio_s"] / raw["cpu_per_audio_s"])
+            floors.append(runs["floor"]["cpu_per_audio_s"] / raw["cpu_per_audio_s"])
             print(f"  {repeat + 1}  ours / raw: {ratios[-1]:.2f}x, ours adds "
-                  f"{runs['ours']['ms_per_chunk'] - runs['raw grpcio']['ms_per_chunk']:.2f} ms of CPU per chunk")
-    print(f"ours / raw grpcio: {', '.join(f'{r:.2f}x' for r in ratios)}")
+                  f"{runs['ours']['ms_per_chunk'] - raw['ms_per_chunk']:.2f} ms of CPU per chunk; "
+                  f"floor / raw: {floors[-1]:.2f}x")
+    print(f"ours / raw grpcio: {', '.join(f'{r:.2f}x' for r in ratios)}; "
+          f"batching floor / raw grpcio: {', '.join(f'{r:.2f}x' for r in floors)}")
     return 0
 
 
