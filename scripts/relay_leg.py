@@ -59,6 +59,13 @@ EVAL_SPLITS = [("real", "real", None), ("fotaq_test", "legs/eval/fotaq_test", 20
 BAND_LIMITED = ("real", "fotaq_test")
 LOGGED_MODES = ("offline_greedy", "offline_rescore", "stream_greedy", "stream_rescore")
 LOG_COLUMNS = ("leg", "date", "step", "train_min", "data_h", "hours_seen")
+# The model card's leg table, written from legs.tsv between these markers after each leg: split -> its label.
+CARD_TABLE = ("<!-- leg table: scripts/relay_leg.py writes it from legs.tsv -->", "<!-- end of the leg table -->")
+CARD_SPLITS = {
+    "real": "real (pocketsphinx-testdata; pocketsphinx 21.9)", "real_8k": "real_8k",
+    "fotaq_test": "fotaq_test (held-out real speakers)", "fotaq_test_8k": "fotaq_test_8k", "test_open": "test_open",
+    "test_heldout_voice": "test_heldout_voice (Pico)", "test_digits": "test_digits", "test_template": "test_template",
+}
 
 
 def run(cmd: list[str], **kw) -> None:
@@ -227,6 +234,35 @@ def record_leg(state_dir: Path, state: dict, leg: int, model_dir: Path, steps: i
            "data_h": round(data_h, 2), "hours_seen": state["hours_seen"], **{k: f"{v:.2f}" for k, v in wer.items()}}
     with open(log, "a") as fh:
         fh.write("\t".join(str(row.get(c, "")) for c in header) + "\n")
+    write_card_table(state_dir)
+
+
+def leg_table(log: Path) -> str:
+    """legs.tsv as a markdown table: a row per split, a column per leg (leg 0: the model the relay started
+    from), each cell offline / streaming WER with attention rescoring."""
+    lines = [line.split("\t") for line in log.read_text().splitlines()]
+    header, legs = lines[0], [dict(zip(lines[0], row)) for row in lines[1:]]
+    names = ["demo_en (leg 0)" if leg["leg"] == "0" else f"leg {leg['leg']} ({leg['date']})" for leg in legs]
+    table = ["| split | " + " | ".join(names) + " |", "|---" * (len(legs) + 1) + "|"]
+    for split, label in CARD_SPLITS.items():
+        if f"{split}/offline_rescore" not in header:
+            continue
+        cells = [f"{leg[f'{split}/offline_rescore'] or '-'} / {leg[f'{split}/stream_rescore'] or '-'}" for leg in legs]
+        table.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(table)
+
+
+def write_card_table(state_dir: Path) -> None:
+    """Rewrite the leg table of STATE/MODEL_CARD.md (between CARD_TABLE's markers) from STATE/legs.tsv, so that
+    no leg's figures are typed by hand; a card without the markers is left alone."""
+    card, log = state_dir / "MODEL_CARD.md", state_dir / "legs.tsv"
+    if not card.exists() or not log.exists():
+        return
+    text = card.read_text()
+    start, end = (text.find(marker) for marker in CARD_TABLE)
+    if start < 0 or end < start:
+        return
+    card.write_text(text[:start + len(CARD_TABLE[0])] + "\n" + leg_table(log) + "\n" + text[end:])
 
 
 def adopt(state_dir: Path, state: dict, model_dir: Path) -> int:

@@ -105,3 +105,30 @@ def test_the_licence_clean_state_refuses_the_non_commercial_data(tmp_path, monke
     monkeypatch.setattr(relay, "make_data", lambda *a: (_ for _ in ()).throw(RuntimeError(f"make_data{a}")))
     with pytest.raises(RuntimeError, match=r"make_data\(1, 30.0, 2026, True\)"):
         relay.main(["--state", str(state), "--skip-setup"])  # the state's own record keeps the data on
+
+
+def test_the_model_cards_leg_table_is_rewritten_from_legs_tsv_and_nothing_else_changes(tmp_path):
+    relay = load_script("relay_leg")
+    columns = [*relay.LOG_COLUMNS, "real/offline_rescore", "real/stream_rescore", "test_digits/offline_rescore",
+               "test_digits/stream_rescore"]
+    rows = [["0", "2026-12-06", "18932", "0", "0", "0", "100.00", "99.00", "90.91", "90.00"],
+            ["1", "2026-12-07", "19697", "88.3", "6.47", "20.7", "96.88", "95.83", "48.64", "51.97"]]
+    (tmp_path / "legs.tsv").write_text("\n".join("\t".join(r) for r in [columns, *rows]) + "\n")
+    start, end = relay.CARD_TABLE
+    (tmp_path / "MODEL_CARD.md").write_text(f"# card\nbefore\n{start}\n| stale | table |\n{end}\nafter\n")
+    relay.write_card_table(tmp_path)
+    card = (tmp_path / "MODEL_CARD.md").read_text()
+    assert card.startswith("# card\nbefore\n") and card.endswith(f"{end}\nafter\n") and "stale" not in card
+    table = card.split(start)[1].split(end)[0].strip().splitlines()
+    assert table[0] == "| split | demo_en (leg 0) | leg 1 (2026-12-07) |"
+    assert table[2] == "| real (pocketsphinx-testdata; pocketsphinx 21.9) | 100.00 / 99.00 | 96.88 / 95.83 |"
+    assert table[3] == "| test_digits | 90.91 / 90.00 | 48.64 / 51.97 |"
+    assert len(table) == 4  # splits absent from legs.tsv get no row
+
+
+def test_a_card_without_the_markers_is_left_alone(tmp_path):
+    relay = load_script("relay_leg")
+    (tmp_path / "legs.tsv").write_text("\t".join(relay.LOG_COLUMNS) + "\n")
+    (tmp_path / "MODEL_CARD.md").write_text("# card\nno table here\n")
+    relay.write_card_table(tmp_path)
+    assert (tmp_path / "MODEL_CARD.md").read_text() == "# card\nno table here\n"
