@@ -247,7 +247,8 @@ def leg_table(log: Path) -> str:
     for split, label in CARD_SPLITS.items():
         if f"{split}/offline_rescore" not in header:
             continue
-        cells = [f"{leg[f'{split}/offline_rescore'] or '-'} / {leg[f'{split}/stream_rescore'] or '-'}" for leg in legs]
+        cells = [f"{leg.get(f'{split}/offline_rescore') or '-'} / {leg.get(f'{split}/stream_rescore') or '-'}"
+                 for leg in legs]  # a leg that did not evaluate a split (its folder was missing) shows "-"
         table.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(table)
 

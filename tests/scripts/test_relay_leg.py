@@ -112,7 +112,8 @@ def test_the_model_cards_leg_table_is_rewritten_from_legs_tsv_and_nothing_else_c
     columns = [*relay.LOG_COLUMNS, "real/offline_rescore", "real/stream_rescore", "test_digits/offline_rescore",
                "test_digits/stream_rescore"]
     rows = [["0", "2026-12-06", "18932", "0", "0", "0", "100.00", "99.00", "90.91", "90.00"],
-            ["1", "2026-12-07", "19697", "88.3", "6.47", "20.7", "96.88", "95.83", "48.64", "51.97"]]
+            ["1", "2026-12-07", "19697", "88.3", "6.47", "20.7", "96.88", "95.83", "48.64", "51.97"],
+            ["2", "2026-12-08", "20498", "85.3", "7.46", "42.6", "97.92", "97.92", "", ""]]  # digits not evaluated
     (tmp_path / "legs.tsv").write_text("\n".join("\t".join(r) for r in [columns, *rows]) + "\n")
     start, end = relay.CARD_TABLE
     (tmp_path / "MODEL_CARD.md").write_text(f"# card\nbefore\n{start}\n| stale | table |\n{end}\nafter\n")
@@ -120,9 +121,10 @@ def test_the_model_cards_leg_table_is_rewritten_from_legs_tsv_and_nothing_else_c
     card = (tmp_path / "MODEL_CARD.md").read_text()
     assert card.startswith("# card\nbefore\n") and card.endswith(f"{end}\nafter\n") and "stale" not in card
     table = card.split(start)[1].split(end)[0].strip().splitlines()
-    assert table[0] == "| split | demo_en (leg 0) | leg 1 (2026-12-07) |"
-    assert table[2] == "| real (pocketsphinx-testdata; pocketsphinx 21.9) | 100.00 / 99.00 | 96.88 / 95.83 |"
-    assert table[3] == "| test_digits | 90.91 / 90.00 | 48.64 / 51.97 |"
+    assert table[0] == "| split | demo_en (leg 0) | leg 1 (2026-12-07) | leg 2 (2026-12-08) |"
+    assert table[2] == ("| real (pocketsphinx-testdata; pocketsphinx 21.9) | 100.00 / 99.00 | 96.88 / 95.83 "
+                        "| 97.92 / 97.92 |")
+    assert table[3] == "| test_digits | 90.91 / 90.00 | 48.64 / 51.97 | - / - |"
     assert len(table) == 4  # splits absent from legs.tsv get no row
 
 
