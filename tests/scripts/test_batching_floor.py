@@ -4,6 +4,8 @@ with the fixed transcript, its own id, and ends each stream once its requests ar
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import multiprocessing
 import struct
 
 import grpc
@@ -36,12 +38,20 @@ async def all_streams(port: int, streams: int) -> list[list[pb.ModelStreamInferR
         return await asyncio.wait_for(asyncio.gather(*(one_stream(stub, s) for s in range(streams))), 30)
 
 
+def answers_of(port: int, streams: int) -> list[list[tuple[str, str, list[bytes]]]]:
+    """(id, error, raw outputs) of every answer on each stream, from a client in a process of its own: a gRPC
+    client in the test process would leave gRPC threads behind, and later tests fork (gen_corpus's pool)."""
+    answers = asyncio.run(all_streams(port, streams))
+    return [[(a.infer_response.id, a.error_message, list(a.infer_response.raw_output_contents)) for a in stream]
+            for stream in answers]
+
+
 def test_every_streamed_request_is_answered_with_the_transcript_and_its_id():
     with server_process(serve_batching_floor) as (_proc, port):
-        answers = asyncio.run(all_streams(port, 4))
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            answers = pool.submit(answers_of, port, 4).result(timeout=60)
     transcript = struct.pack("<I", len(ECHO_TRANSCRIPT)) + ECHO_TRANSCRIPT
     for stream, stream_answers in enumerate(answers):
-        assert sorted(a.infer_response.id for a in stream_answers) == [f"{stream}-{i}" for i in range(CHUNKS)]
-        for answer in stream_answers:
-            assert not answer.error_message
-            assert list(answer.infer_response.raw_output_contents) == [transcript]
+        assert sorted(answer_id for answer_id, _, _ in stream_answers) == [f"{stream}-{i}" for i in range(CHUNKS)]
+        for _, error, outputs in stream_answers:
+            assert not error and outputs == [transcript]
