@@ -53,7 +53,6 @@ def serve_echo(port_queue) -> None:
     """The floor of Python gRPC here: ModelInfer returns its inputs as outputs (named OUTPUT0); ModelStreamInfer
     answers each request at once with ECHO_TRANSCRIPT as TRANSCRIPTS (BYTES, shape [1]). No conversion, no
     scheduling."""
-    import grpc
     from tritonclient.grpc import service_pb2 as pb
     from tritonclient.grpc import service_pb2_grpc
 
@@ -71,9 +70,17 @@ def serve_echo(port_queue) -> None:
             async for request in request_iterator:
                 yield _echo_answer(pb, request, transcript)
 
+    _serve_servicer(Echo(), port_queue)
+
+
+def _serve_servicer(servicer, port_queue) -> None:
+    """Serve a bare GRPCInferenceService servicer on a free 127.0.0.1 port (put on `port_queue`) until killed."""
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
     async def main():
         server = grpc.aio.server()
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Echo(), server)
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
         port_queue.put(server.add_insecure_port("127.0.0.1:0"))
         await server.start()
         await server.wait_for_termination()
@@ -101,7 +108,6 @@ def serve_batching_floor(port_queue, queue_delay_s: float = 0.02) -> None:
     implementation adds."""
     import concurrent.futures
 
-    import grpc
     import numpy as np
     from tritonclient.grpc import service_pb2 as pb
     from tritonclient.grpc import service_pb2_grpc
@@ -153,14 +159,7 @@ def serve_batching_floor(port_queue, queue_delay_s: float = 0.02) -> None:
             finally:
                 reader.cancel()
 
-    async def main():
-        server = grpc.aio.server()
-        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(BatchingFloor(), server)
-        port_queue.put(server.add_insecure_port("127.0.0.1:0"))
-        await server.start()
-        await server.wait_for_termination()
-
-    asyncio.run(main())
+    _serve_servicer(BatchingFloor(), port_queue)
 
 
 def serve_repository(repo: str, port_queue) -> None:
