@@ -3,7 +3,8 @@
 
 Resumable at any point: ``EXP/checkpoint.pt`` (model, optimiser, step, data position, RNG) is written atomically
 every ``--save-minutes`` and on SIGINT/SIGTERM; rerunning the same command continues from it. When the step or
-time budget is reached a WeNet-style model dir is written to ``EXP/final/``.
+time budget is reached a WeNet-style model dir is written to ``EXP/final/``. ``--keep-snapshots N`` keeps the
+weights of the last N saves too, for ``scripts/average_checkpoints.py``.
 
     nice -n 15 python scripts/train.py --data /work/data/corpus/train --exp /work/data/exp/demo \
         --max-minutes 55 --threads 1
@@ -91,6 +92,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-minutes", type=float, default=55.0, help="wall-clock budget over all runs")
     ap.add_argument("--max-steps", type=int, default=100000)
     ap.add_argument("--save-minutes", type=float, default=4.0)
+    ap.add_argument("--keep-snapshots", type=int, default=0, metavar="N",
+                    help="also keep the weights of the last N saves as EXP/snapshots/step_<global step>.pt, "
+                         "for scripts/average_checkpoints.py (WeNet decodes with such an average)")
     ap.add_argument("--batch", type=int, default=32,
                     help="utterances per step (32 took 30%% less time per utterance than 16 here)")
     ap.add_argument("--pad-multiple", type=int, default=64, help="round each batch's frames up to this")
@@ -198,6 +202,19 @@ def main(argv=None) -> int:
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "state": dict(state),
                     "torch_rng": torch.get_rng_state(), "args": vars(args)}, tmp)
         tmp.replace(ckpt_path)
+        if args.keep_snapshots > 0:
+            keep_snapshot()
+
+    def keep_snapshot():
+        """The weights alone (a quarter of a checkpoint's size): the last --keep-snapshots saves survive."""
+        folder = args.exp / "snapshots"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"step_{args.step_offset + state['step']:07d}.pt"
+        tmp = path.with_suffix(".tmp")
+        torch.save(model.state_dict(), tmp)
+        tmp.replace(path)
+        for old in sorted(folder.glob("step_*.pt"))[:-args.keep_snapshots]:
+            old.unlink()
 
     stop = {"flag": False}
 

@@ -139,6 +139,19 @@ def test_average_checkpoints_writes_the_mean_of_the_weights(corpus: Path, tmp_pa
     torch.testing.assert_close(averaged[name], (parts[0][name] + parts[1][name] + parts[2][name]) / 3)
 
 
+def test_keep_snapshots_leaves_the_weights_of_the_last_saves(corpus: Path, tmp_path: Path) -> None:
+    exp = tmp_path / "exp"
+    run = train(corpus, exp, "--max-steps", "4", "--keep-snapshots", "2", "--step-offset", "100")
+    assert run.returncode == 0, run.stderr
+    kept = sorted(path.name for path in (exp / "snapshots").iterdir())
+    assert kept == ["step_0000103.pt", "step_0000104.pt"]  # one save per step here, the older two removed
+    last = torch.load(exp / "snapshots" / "step_0000104.pt", map_location="cpu", weights_only=True)
+    ours = weights(exp)
+    assert last.keys() == ours.keys()
+    for name in ours:
+        torch.testing.assert_close(last[name], ours[name], rtol=0, atol=0, msg=name)
+
+
 def test_finalize_describes_the_run_not_the_command_line(corpus: Path, tmp_path: Path) -> None:
     import yaml
 
