@@ -431,6 +431,9 @@ _WORKER: dict = {}
 
 def _leg_worker_init(root: str, plan: dict) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    # Forked workers inherit the parent's SIGTERM handler (a server's, a test runner's): with it, the pool's
+    # terminate() at the leg's deadline would not end them, and the leg would wait for them for ever.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _WORKER["gen"] = Generator(Path(root), plan)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -137,9 +138,13 @@ def test_freeze_takes_the_first_train_indices_and_lists_the_game_lines_twice(tmp
     assert (frozen / "text").read_text().splitlines()[1] == "fotaq_train_020001p2_rep2 words of fotaq_train_020001p2"
 
 
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed "
-                    "(bash scripts/get_tts_voices.sh installs it)")
-def test_a_relay_leg_makes_its_own_indices_and_the_fixed_eval_splits(tmp_path, monkeypatch):
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed "
+                                  "(bash scripts/get_tts_voices.sh installs it)")
+
+
+@pytest.fixture
+def leg_gen(monkeypatch):
+    """gen_corpus with espeak-ng voices only and legs of 50 indices, one utterance per eval split."""
     gen = load_script("gen_corpus")
     monkeypatch.setitem(sys.modules, gen.__name__, gen)  # the worker processes' jobs name it
     monkeypatch.setattr(gen.voices, "_kokoro_names", lambda: [])
@@ -149,14 +154,24 @@ def test_a_relay_leg_makes_its_own_indices_and_the_fixed_eval_splits(tmp_path, m
     monkeypatch.setattr(gen, "LEG_KOKORO_EVERY", 10**9)  # index 0 of a leg only: not made here
     monkeypatch.setattr(gen, "EVAL_SIZE", 1)
     monkeypatch.setattr(gen, "LEG_STRIDE", 50)
+    return gen
+
+
+def leg_root(root: Path) -> Path:
+    """A data root with the frozen text pools and one game line, as a leg finds it."""
+    frozen_text(root)
+    export_kaldi([dict(row("fotaq_train_x1", split="fotaq_train"), path="wavs/fotaq_train/x1.flac")],
+                 root / "fotaq")
+    (root / "fotaq" / "manifest.jsonl").write_text(json.dumps(
+        dict(row("fotaq_train_x1", split="fotaq_train"), path="wavs/fotaq_train/x1.flac")) + "\n")
+    return root
+
+
+@needs_espeak
+def test_a_relay_leg_makes_its_own_indices_and_the_fixed_eval_splits(tmp_path, leg_gen):
+    gen = leg_gen
     assert gen.leg_families("train", 7) == {"espeak": 1.0} and gen.leg_families("test_open", 0) is None
-    roots = [tmp_path / "a", tmp_path / "b"]
-    for root in roots:
-        frozen_text(root)
-        export_kaldi([dict(row("fotaq_train_x1", split="fotaq_train"), path="wavs/fotaq_train/x1.flac")],
-                     root / "fotaq")
-        (root / "fotaq" / "manifest.jsonl").write_text(json.dumps(
-            dict(row("fotaq_train_x1", split="fotaq_train"), path="wavs/fotaq_train/x1.flac")) + "\n")
+    roots = [leg_root(tmp_path / "a"), leg_root(tmp_path / "b")]
     # minutes 0: the eval utterances, then stop after the first training utterance
     assert gen.main(["leg", "--root", str(roots[0]), "--seed", "7", "--leg", "2", "--minutes", "0",
                      "--jobs", "1", *SIZES]) == 0
@@ -175,3 +190,20 @@ def test_a_relay_leg_makes_its_own_indices_and_the_fixed_eval_splits(tmp_path, m
         (legs / "leg2" / "train" / "wav.scp").read_text()
     for split in ("test_template", "test_digits", "test_open", "test_heldout_voice"):
         assert len((legs / "eval" / split / "text").read_text().splitlines()) == 1
+
+
+@needs_espeak
+@pytest.mark.timeout(120)
+def test_a_leg_stops_its_workers_when_the_parent_process_catches_sigterm(tmp_path, leg_gen):
+    """The workers are forked: they would inherit a SIGTERM handler of the process that runs the leg (a
+    server, a test runner) and outlive the pool's terminate(), hanging the leg at its deadline."""
+    caught = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: caught.append(signum))
+    try:
+        assert leg_gen.main(["leg", "--root", str(leg_root(tmp_path)), "--seed", "7", "--leg", "1",
+                             "--minutes", "0.01", "--jobs", "2", *SIZES]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    made = [r["utt"] for r in read_rows(tmp_path / "manifest.jsonl") if r["split"] == "train"]
+    assert 1 <= len(made) < 50  # stopped at the deadline, part-way through the leg's 50 indices
+    assert caught == []  # the parent itself was never signalled
