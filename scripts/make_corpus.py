@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import io
 import multiprocessing as mp
-import os
 import random
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args(argv)
+    missing = [tool for tool in ("espeak-ng", "sox") if shutil.which(tool) is None]
+    if missing:  # every utterance would fail, and the corpus would come out empty
+        sys.exit(f"{' and '.join(missing)} not found: apt-get install espeak-ng sox "
+                 "(or bash scripts/get_tts_voices.sh)")
 
     rng = random.Random(args.seed)
     variants = sorted(p.name for p in VARIANTS_DIR.iterdir()) if VARIANTS_DIR.is_dir() else []
@@ -159,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         (d / "text").write_text("".join(f"{u} {t}\n" for u, _, t in rows))
         (d / "utt2spk").write_text("".join(f"{u} {voice_of[u]}\n" for u, _, _ in rows))
         print(f"{split}: {len(rows)} utterances", file=sys.stderr)
+    asked = {"train": args.train, "test_a": args.test, "test_b": args.test}
+    empty = [split for split, rows in entries.items() if asked[split] and not rows]
+    if empty:
+        print(f"no utterance of {', '.join(empty)} could be synthesised", file=sys.stderr)
+        return 1
     return 0
 
 

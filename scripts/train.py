@@ -154,6 +154,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     args.exp.mkdir(parents=True, exist_ok=True)
     rows = read_data_dir(args.data)
+    if not rows:
+        sys.exit(f"{args.data}: no utterance has both a wav.scp and a text line")
     symbols, tokenizer, cmvn, bpe_path = prepare(args, rows)
     ckpt_path = args.exp / "checkpoint.pt"
     if args.finalize and ckpt_path.exists():

@@ -139,6 +139,15 @@ def test_average_checkpoints_writes_the_mean_of_the_weights(corpus: Path, tmp_pa
     torch.testing.assert_close(averaged[name], (parts[0][name] + parts[1][name] + parts[2][name]) / 3)
 
 
+def test_a_data_dir_without_utterances_stops_before_training(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "wav.scp").write_text("")
+    (tmp_path / "data" / "text").write_text("u1 hello\n")  # no wav for it: nothing to train on
+    run = train(tmp_path / "data", tmp_path / "exp", "--max-steps", "2")
+    assert run.returncode == 1 and "no utterance has both" in run.stderr
+    assert not (tmp_path / "exp" / "checkpoint.pt").exists()
+
+
 def test_keep_snapshots_leaves_the_weights_of_the_last_saves(corpus: Path, tmp_path: Path) -> None:
     exp = tmp_path / "exp"
     run = train(corpus, exp, "--max-steps", "4", "--keep-snapshots", "2", "--step-offset", "100")

@@ -1,0 +1,36 @@
+"""scripts/make_corpus.py, the demo model's espeak-ng corpus: test A's sentences never reach training, and a
+machine without the synthesiser gets a clear stop instead of an empty corpus."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import soundfile as sf
+
+from tests.helpers.scripts import load_script
+
+
+def texts(split_dir) -> dict[str, str]:
+    return dict(line.split(maxsplit=1) for line in (split_dir / "text").read_text().splitlines())
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None or shutil.which("sox") is None,
+                    reason="espeak-ng and sox are not installed (apt-get install espeak-ng sox)")
+def test_a_small_corpus_has_every_split_and_keeps_test_a_out_of_training(tmp_path):
+    make = load_script("make_corpus")
+    assert make.main(["--out", str(tmp_path), "--train", "6", "--test", "2", "--jobs", "1"]) == 0
+    train, test_a = texts(tmp_path / "train"), texts(tmp_path / "test_a")
+    assert len(train) == 6 and len(test_a) == 2 and len(texts(tmp_path / "test_b")) == 2
+    assert not set(test_a.values()) & set(train.values())
+    path = (tmp_path / "train" / "wav.scp").read_text().split()[1]
+    audio, rate = sf.read(path)
+    assert rate == 16000 and len(audio) > rate // 4
+
+
+def test_without_the_synthesiser_it_stops_before_making_anything(tmp_path, monkeypatch):
+    make = load_script("make_corpus")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(SystemExit, match="espeak-ng and sox not found"):
+        make.main(["--out", str(tmp_path / "corpus"), "--train", "2", "--test", "1"])
+    assert not (tmp_path / "corpus").exists()
