@@ -9,7 +9,8 @@ Writes Kaldi/WeNet-style data dirs::
     OUT/wavs/<split>/<utt>.wav           16 kHz mono int16
 
 Variety comes from the voice (accent x variant), speed, pitch, word gap, gain and added noise: espeak-ng is
-bit-exact for the same settings, so every utterance draws fresh settings.
+bit-exact for the same settings, so every utterance draws fresh settings. A corpus is a function of its options
+(sox runs in repeatable mode): a split made again is the same audio.
 
     python scripts/make_corpus.py --out /work/data/corpus --train 12000 --test 300 --jobs 2
 """
@@ -32,6 +33,7 @@ import soundfile as sf
 from asr_data.templates import sentence  # the demo corpus's everyday sentences
 
 SAMPLE_RATE = 16000  # Hz, what the recogniser expects
+SPLITS = ("train", "test_a", "test_b")
 
 # espeak-ng's English accents (the MBROLA voices need packages that are not in Debian main).
 ACCENTS = ("en-gb", "en-us", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-rp", "en-gb-x-gbcwmd", "en-029",
@@ -58,7 +60,8 @@ def synthesise(job: Job, out_dir: Path) -> tuple[str, str, str, str] | None:
     """Run espeak-ng | sox into 16 kHz, add gain and noise, write the wav; returns the scp/text entries."""
     espeak = ["espeak-ng", "-v", job.voice, "-s", str(job.speed), "-p", str(job.pitch), "-g", str(job.gap),
               "--stdout", job.text]
-    sox = ["sox", "-t", "wav", "-", "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", "-t", "wav", "-"]
+    # -R: sox dithers its 16-bit output from a random seed unless told to repeat itself
+    sox = ["sox", "-R", "-t", "wav", "-", "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", "-t", "wav", "-"]
     try:
         raw = subprocess.run(espeak, check=True, capture_output=True, timeout=30).stdout
         wav = subprocess.run(sox, input=raw, check=True, capture_output=True, timeout=30).stdout
@@ -106,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="fraction of accent x variant combinations kept out of training (split B)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS),
+                    help="synthesise only these (the others are still drawn, so every utterance is the one a "
+                         "whole run makes: e.g. an earlier corpus's test splits alone, for evaluation)")
     args = ap.parse_args(argv)
     missing = [tool for tool in ("espeak-ng", "sox") if shutil.which(tool) is None]
     if missing:  # every utterance would fail, and the corpus would come out empty
@@ -139,11 +145,12 @@ def main(argv: list[str] | None = None) -> int:
             voice = rng.choice(voices)
             utt = f"{split}_{i:06d}"
             jobs.append(Job(split, utt, text, voice, seed=rng.randrange(2**31), **random_settings(rng)))
-    for split in ("train", "test_a", "test_b"):
+    jobs = [job for job in jobs if job.split in args.splits]
+    for split in args.splits:
         (args.out / "wavs" / split).mkdir(parents=True, exist_ok=True)
     (args.out / "voices_heldout.txt").write_text("\n".join(sorted(held)) + "\n")
 
-    entries: dict[str, list[tuple[str, str, str]]] = {"train": [], "test_a": [], "test_b": []}
+    entries: dict[str, list[tuple[str, str, str]]] = {split: [] for split in args.splits}
     try:
         from tqdm import tqdm
     except ImportError:  # progress bar is a nicety

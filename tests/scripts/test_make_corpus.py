@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 import soundfile as sf
 
@@ -26,6 +27,17 @@ def test_a_small_corpus_has_every_split_and_keeps_test_a_out_of_training(tmp_pat
     path = (tmp_path / "train" / "wav.scp").read_text().split()[1]
     audio, rate = sf.read(path)
     assert rate == 16000 and len(audio) > rate // 4
+    # the test splits alone are the same utterances, sound for sound
+    alone = tmp_path / "tests_only"
+    assert make.main(["--out", str(alone), "--train", "6", "--test", "2", "--jobs", "1",
+                      "--splits", "test_a", "test_b"]) == 0
+    assert not (alone / "train").exists()
+    for split in ("test_a", "test_b"):
+        assert texts(alone / split) == texts(tmp_path / split)
+        for utt in texts(alone / split):
+            a, _ = sf.read(alone / "wavs" / split / f"{utt}.wav", dtype="int16")
+            b, _ = sf.read(tmp_path / "wavs" / split / f"{utt}.wav", dtype="int16")
+            assert np.array_equal(a, b), utt
 
 
 def test_without_the_synthesiser_it_stops_before_making_anything(tmp_path, monkeypatch):
