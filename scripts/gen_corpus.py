@@ -20,7 +20,7 @@ are skipped. Raising a split's size later (--train 60000) appends new indices an
 Splits: test_template (old templates, like test_a), test_digits (digit strings), test_open (held-out text
 sources, training voices), test_heldout_voice (held-out synthesiser: SVOX Pico), train (the rest).
 The real-speech split (ROOT/real) is written by scripts/get_real_speech.sh; the games' voiced lines by the
-`fotaq` and `drascula` commands, and, only when asked for (non-commercial licence), `uqm`.
+`fotaq`, `drascula` and `bass` commands, and, only when asked for (non-commercial licence), `uqm`.
 """
 
 from __future__ import annotations
@@ -326,6 +326,20 @@ def drascula_run(args) -> int:
     return 0
 
 
+def bass_run(args) -> int:
+    """Real speech: the voiced lines of Beneath a Steel Sky (CD version, 3,491 lines, 1.9 h; asr_data/bass.py),
+    resampled to 16 kHz flac, as ROOT/bass/bass_train (all of it trains, as drascula's). Resumable like `run`."""
+    from asr_data import bass
+
+    if not (bass.GAME_DIR / "sky.dsk").exists() or not bass.SCUMMVM.exists():
+        sys.exit(f"{bass.GAME_DIR} or {bass.SCUMMVM} missing: bash scripts/get_bass.sh")
+    lines = (("bass_train", f"bass_train_{clip.name}", clip.name, clip.text, clip.speaker, "")
+             for clip in bass.clips())
+    counts, made, skipped = write_real_clips(args.root / "bass", "bass", lines, bass.clip_audio)
+    print(f"bass: {counts}, made {made} now, {skipped} lines not normalisable")
+    return 0
+
+
 BENCH_TEXT = ("The old man walked slowly to the station, carrying two heavy bags.",
               "Please call me back at four five six, seven eight nine zero.",
               "In nineteen eighty four she moved to a small town near the coast.")
@@ -520,11 +534,11 @@ def _leg_locked(args) -> int:
     rows = list(manifest.rows.values())
     legs = root / "legs"
     mine = [r for r in rows if r["split"] == "train" and first <= r["index"] < first + LEG_STRIDE]
-    # the games' rows hold paths relative to ROOT/fotaq and ROOT/drascula
+    # the games' rows hold paths relative to ROOT/fotaq, ROOT/drascula and ROOT/bass
     game = [dict(r, path=str(Path("fotaq") / r["path"])) for r in read_rows(root / "fotaq" / "manifest.jsonl")]
     game_train = [r for r in game if r["split"] == "fotaq_train"]
-    game_train += [dict(r, path=str(Path("drascula") / r["path"]))
-                   for r in read_rows(root / "drascula" / "manifest.jsonl")]
+    for source in ("drascula", "bass"):  # all of their lines train
+        game_train += [dict(r, path=str(Path(source) / r["path"])) for r in read_rows(root / source / "manifest.jsonl")]
     if args.with_uqm:  # non-commercial: only when asked for (asr_data/uqm.py), into folders of its own
         if not (root / "uqm" / "complete").exists():
             sys.exit(f"{root / 'uqm'} is not complete: run `gen_corpus.py uqm` first")
@@ -544,8 +558,8 @@ def _leg_locked(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq", "drascula", "uqm", "freeze",
-                                        "leg"))
+    ap.add_argument("command", choices=("run", "status", "export", "bench", "fotaq", "drascula", "bass", "uqm",
+                                        "freeze", "leg"))
     ap.add_argument("--root", type=Path, default=ROOT)
     ap.add_argument("--seed", type=int, default=None, help="first run only (default 2026); fixed after")
     for split in SPLIT_ORDER:
@@ -573,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
         return fotaq_run(args)
     if args.command == "drascula":
         return drascula_run(args)
+    if args.command == "bass":
+        return bass_run(args)
     if args.command == "uqm":
         return uqm_run(args)
     if args.command == "bench":

@@ -77,6 +77,7 @@ def setup(with_uqm: bool) -> None:
     """The voices and the real-speech split (idempotent scripts; minutes on a fresh machine, seconds after)."""
     run(["bash", "scripts/get_tts_voices.sh"])
     run(["bash", "scripts/get_real_speech.sh"])
+    run(["bash", "scripts/get_bass.sh"])
     if with_uqm:
         run(["bash", "scripts/get_uqm.sh"])
 
@@ -89,6 +90,7 @@ def make_data(leg: int, minutes: float, seed: int, with_uqm: bool) -> Path:
     tts = ROOT / "tts-venv" / "bin" / "python"
     run([tts, "scripts/gen_corpus.py", "fotaq"])
     run([tts, "scripts/gen_corpus.py", "drascula"])  # from leg 2 on: 0.77 h more real voices (12 speakers)
+    run([tts, "scripts/gen_corpus.py", "bass"])  # from leg 8 on: 1.9 h more (Beneath a Steel Sky's cast)
     if with_uqm:  # non-commercial (asr_data/uqm.py); only when the state or the command line asks for it
         run([tts, "scripts/gen_corpus.py", "uqm"])
     run([tts, "scripts/gen_corpus.py", "leg", "--leg", leg, "--minutes", minutes, "--jobs", os.cpu_count() or 2,
@@ -97,7 +99,7 @@ def make_data(leg: int, minutes: float, seed: int, with_uqm: bool) -> Path:
 
 
 KALDI_FILES = ("wav.scp", "text", "utt2dur", "utt2spk")  # the files of a training split that a leg joins
-REAL_SPEECH = ("fotaq_", "drascula_", "uqm_")  # utterance id prefixes of the games' recorded lines
+REAL_SPEECH = ("fotaq_", "drascula_", "bass_", "uqm_")  # utterance id prefixes of the games' recorded lines
 NON_COMMERCIAL = "uqm_"  # the prefix of lines a licence-clean model must never train on
 CLEAN_STATE = REPO / "models" / "open_en_wip"  # licence-clean: the default's successor (never --with-uqm)
 

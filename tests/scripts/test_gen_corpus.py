@@ -158,12 +158,15 @@ def leg_gen(monkeypatch):
 
 
 def leg_root(root: Path) -> Path:
-    """A data root with the frozen text pools and one game line, as a leg finds it."""
+    """A data root with the frozen text pools and a line of two games, as a leg finds it."""
     frozen_text(root)
     export_kaldi([dict(row("fotaq_train_x1", split="fotaq_train"), path="wavs/fotaq_train/x1.flac")],
                  root / "fotaq")
     (root / "fotaq" / "manifest.jsonl").write_text(json.dumps(
         dict(row("fotaq_train_x1", split="fotaq_train"), path="wavs/fotaq_train/x1.flac")) + "\n")
+    (root / "bass").mkdir()
+    (root / "bass" / "manifest.jsonl").write_text(json.dumps(
+        dict(row("bass_train_2_117", split="bass_train", family="bass"), path="wavs/bass_train_2_117.flac")) + "\n")
     return root
 
 
@@ -185,9 +188,10 @@ def test_a_relay_leg_makes_its_own_indices_and_the_fixed_eval_splits(tmp_path, l
                {k: v for k, v in b[utt].items() if k != "synth_cpu_s"}, utt
     legs = roots[0] / "legs"
     utts = [line.split()[0] for line in (legs / "leg2" / "train" / "wav.scp").read_text().splitlines()]
-    assert utts == ["fotaq_train_x1", *train_a]
-    assert str((roots[0] / "fotaq" / "wavs" / "fotaq_train" / "x1.flac").resolve()) in \
-        (legs / "leg2" / "train" / "wav.scp").read_text()
+    assert utts == ["bass_train_2_117", "fotaq_train_x1", *train_a]  # every game's training lines
+    scp = (legs / "leg2" / "train" / "wav.scp").read_text()
+    assert str((roots[0] / "fotaq" / "wavs" / "fotaq_train" / "x1.flac").resolve()) in scp
+    assert str((roots[0] / "bass" / "wavs" / "bass_train_2_117.flac").resolve()) in scp
     for split in ("test_template", "test_digits", "test_open", "test_heldout_voice"):
         assert len((legs / "eval" / split / "text").read_text().splitlines()) == 1
 
