@@ -150,8 +150,9 @@ async def test_a_rare_phrase_missed_without_its_hotword_is_found_with_it_and_cos
         result = await client.infer("attention_rescoring", wav_inputs(samples), parameters=parameters)
         return result.as_numpy("TRANSCRIPTS").reshape(-1)[0].decode()
 
-    hot = {"hotwords": "cup of coffee:3|floor ninety"}  # phrases the demo model never heard in training;
-    # since its band-limited fine-tune it prefers "cup of tea" more strongly: the default bonus (2) is too small
+    hot = {"hotwords": "cup of coffee:3.5|floor ninety"}  # phrases the demo model never heard in training;
+    # since its band-limited fine-tunes it prefers "cup of tea" more strongly: the default bonus (2) is too small,
+    # and after phase 6 so is 3 (4 finds it but drops "tea" from "a cup of tea" in a held-out utterance)
     coffee = load_audio(RARE / "cup_of_coffee.flac").samples
     assert "cup of coffee" not in await text(coffee)
     assert "cup of coffee" in await text(coffee, hot)
