@@ -110,13 +110,24 @@ class Disk:
 
 
 # ---- RNC ProPack method 1 ---------------------------------------------------------------------------------
-def crc16(data: bytes) -> int:
-    """CRC-16/ARC (reflected polynomial 0xA001, initial 0), as RNC headers hold it."""
-    crc = 0
-    for byte in data:
-        crc ^= byte
+def _crc_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
         for _ in range(8):
             crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc16(data: bytes) -> int:
+    """CRC-16/ARC (reflected polynomial 0xA001, initial 0), as RNC headers hold it; a byte at a time."""
+    crc, table = 0, _CRC_TABLE
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
     return crc
 
 
