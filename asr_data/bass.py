@@ -91,22 +91,33 @@ class Disk:
         self.entries = read_directory(game_dir / "sky.dnr")
         self.dsk = game_dir / "sky.dsk"
 
-    def raw(self, number: int) -> bytes:
+    def raw(self, number: int, size: int | None = None) -> bytes:
+        """The file as stored, or its first `size` bytes."""
         entry = self.entries[number]
         with open(self.dsk, "rb") as fh:
             fh.seek(entry.offset)
-            return fh.read(entry.size)
+            return fh.read(entry.size if size is None else min(size, entry.size))
+
+    def body_size(self, number: int) -> int:
+        """The bytes after a data file's header once unpacked, from the header alone (no unpacking)."""
+        return _body_size(self.raw(number, FILE_HEADER))
 
     def read(self, number: int) -> bytes:
         entry, data = self.entries[number], self.raw(number)
         if entry.stored or len(data) < FILE_HEADER or not data[0] & 0x80 or data[FILE_HEADER:FILE_HEADER + 4] != b"RNC\x01":
             return data
-        flag, total = struct.unpack_from("<H", data, 0)[0], struct.unpack_from("<H", data, 12)[0]
         unpacked = rnc_unpack(data[FILE_HEADER:])
-        expected = ((flag & 0xFF00) << 8 | total) - FILE_HEADER
+        expected = _body_size(data)
         if len(unpacked) != expected:
             raise ValueError(f"file {number}: unpacked {len(unpacked)} bytes, its header says {expected}")
         return unpacked if entry.drop_header else data[:FILE_HEADER] + unpacked
+
+
+def _body_size(header: bytes) -> int:
+    """A data file's unpacked size less its header: the header's flag word holds the top byte of the
+    size with its header, word 6 the low 16 bits."""
+    flag, total = struct.unpack_from("<H", header, 0)[0], struct.unpack_from("<H", header, 12)[0]
+    return ((flag & 0xFF00) << 8 | total) - FILE_HEADER
 
 
 # ---- RNC ProPack method 1 ---------------------------------------------------------------------------------
@@ -324,14 +335,20 @@ def find_huffman_tree(disk: Disk, scummvm: Path = SCUMMVM) -> list[tuple[int, in
     all the strings. ScummVM holds a tree per game version, and another version's tree can decode the voiced
     lines with a letter or two wrong ('FI]' for 'FIX'); it then fails on more of the other strings. Trees
     that tie (differing only where no string goes) must agree on every voiced line."""
+    return _decode_text(disk, scummvm)[0]
+
+
+def _decode_text(disk: Disk, scummvm: Path) -> tuple[list[tuple[int, int, int]], dict[tuple[int, int], str]]:
+    """find_huffman_tree's tree and the voiced lines it decodes."""
     sections = [disk.read(TEXT_FILE + s) for s in range(SECTIONS)]
     best: list = []
     best_score = -1
     for _at, tree in tree_candidates(scummvm.read_bytes()):
-        lines = voiced_lines(disk, sections, tree)
+        strings = [section_strings(data, tree) for data in sections]
+        lines = voiced_lines(disk, strings)
         if any(text is None for text in lines.values()):
             continue
-        score = sum(text is not None for data in sections for text in section_strings(data, tree))
+        score = sum(text is not None for section in strings for text in section)
         if score > best_score:
             best, best_score = [(tree, lines)], score
         elif score == best_score:
@@ -340,17 +357,13 @@ def find_huffman_tree(disk: Disk, scummvm: Path = SCUMMVM) -> list[tuple[int, in
         raise ValueError(f"{scummvm}: no Huffman tree in it decodes Beneath a Steel Sky 0.0372's text")
     if any(lines != best[0][1] for _tree, lines in best[1:]):
         raise ValueError(f"{scummvm}: Huffman trees that decode as well decode Beneath a Steel Sky's lines differently")
-    return best[0][0]
+    return best[0]
 
 
-def voiced_lines(disk: Disk, sections: list[bytes], tree) -> dict[tuple[int, int], str | None]:
-    """(section, index) -> text (None: undecodable) of every string that has a speech file."""
-    out = {}
-    for section, data in enumerate(sections):
-        for index, text in enumerate(section_strings(data, tree)):
-            if index and speech_file(section, index) in disk.entries:
-                out[section, index] = text
-    return out
+def voiced_lines(disk: Disk, strings: list[list[str | None]]) -> dict[tuple[int, int], str | None]:
+    """(section, index) -> text (None: undecodable) of every decoded string that has a speech file."""
+    return {(section, index): text for section, texts in enumerate(strings) for index, text in enumerate(texts)
+            if index and speech_file(section, index) in disk.entries}
 
 
 # ---- the voiced lines ---------------------------------------------------------------------------------------
@@ -371,22 +384,14 @@ def clean_text(text: str) -> str:
 def clips(disk: Disk | None = None, scummvm: Path = SCUMMVM) -> list[Clip]:
     """Every voiced line with a non-empty English subtitle its duration can hold, in the game's order."""
     disk = disk or _disk()
-    sections = [disk.read(TEXT_FILE + s) for s in range(SECTIONS)]
     out = []
-    for (section, index), text in voiced_lines(disk, sections, find_huffman_tree(disk, scummvm)).items():
+    for (section, index), text in _decode_text(disk, scummvm)[1].items():
         text = clean_text(text)
-        seconds = _speech_seconds(disk, speech_file(section, index))
+        seconds = disk.body_size(speech_file(section, index)) / SAMPLE_RATE
         if not text or seconds <= 0 or syllables(text) / seconds > MAX_SYLLABLES_PER_SECOND:
             continue
         out.append(Clip(f"{section}_{index}", text, "cast"))
     return out
-
-
-def _speech_seconds(disk: Disk, number: int) -> float:
-    """A clip's duration from its header (the unpacked size), without unpacking it."""
-    header = disk.raw(number)[:FILE_HEADER]
-    flag, total = struct.unpack_from("<H", header, 0)[0], struct.unpack_from("<H", header, 12)[0]
-    return (((flag & 0xFF00) << 8 | total) - FILE_HEADER) / SAMPLE_RATE
 
 
 def clip_audio(name: str, disk: Disk | None = None) -> tuple[np.ndarray, int]:
