@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         (d / "text").write_text("".join(f"{u} {t}\n" for u, _, t in rows))
         (d / "utt2spk").write_text("".join(f"{u} {voice_of[u]}\n" for u, _, _ in rows))
         print(f"{split}: {len(rows)} utterances", file=sys.stderr)
-    asked = {"train": args.train, "test_a": args.test, "test_b": args.test}
-    empty = [split for split, rows in entries.items() if asked[split] and not rows]
+    drawn = {split: sum(job.split == split for job in jobs) for split in entries}
+    empty = [split for split, rows in entries.items() if drawn[split] and not rows]
     if empty:
         print(f"no utterance of {', '.join(empty)} could be synthesised", file=sys.stderr)
         return 1

@@ -3,6 +3,7 @@ machine without the synthesiser gets a clear stop instead of an empty corpus."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -46,3 +47,15 @@ def test_without_the_synthesiser_it_stops_before_making_anything(tmp_path, monke
     with pytest.raises(SystemExit, match="espeak-ng and sox not found"):
         make.main(["--out", str(tmp_path / "corpus"), "--train", "2", "--test", "1"])
     assert not (tmp_path / "corpus").exists()
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_a_split_that_comes_out_empty_fails_the_run(tmp_path, monkeypatch):
+    make = load_script("make_corpus")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sox").write_text("#!/bin/sh\nexit 2\n")  # installed, but every conversion fails
+    (bin_dir / "sox").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert make.main(["--out", str(tmp_path / "corpus"), "--train", "2", "--test", "1", "--jobs", "1",
+                      "--splits", "test_a"]) == 1
