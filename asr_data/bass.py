@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asr_data.clips import syllables, trim_silence
+from asr_data.clips import syllables, trim_silence, unsigned_8bit
 
 ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data")) / "bass"
 GAME_DIR = ROOT / "root" / "usr" / "share" / "scummvm" / "beneath-a-steel-sky"  # scripts/get_bass.sh
@@ -399,5 +399,5 @@ def clip_audio(name: str, disk: Disk | None = None) -> tuple[np.ndarray, int]:
     disk = disk or _disk()
     section, index = (int(part) for part in name.split("_"))
     samples = disk.read(speech_file(section, index))[FILE_HEADER:]
-    audio = (np.frombuffer(samples, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+    audio = unsigned_8bit(samples)
     return trim_silence(audio, SAMPLE_RATE), SAMPLE_RATE

@@ -1,4 +1,4 @@
-"""Checks and trims shared by the readers of recorded game speech (drascula, uqm)."""
+"""Checks, trims and sample decoding shared by the readers of recorded game speech (drascula, bass, uqm)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ def syllables(text: str) -> int:
             groups -= 1
         count += max(1, groups)
     return count
+
+
+def unsigned_8bit(raw: bytes) -> np.ndarray:
+    """8-bit unsigned PCM (silence at 128), as the games store it, as float32 in [-1, 1)."""
+    return (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
 
 
 def frame_rms(audio: np.ndarray, frame: int) -> np.ndarray:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asr_data.clips import syllables, trim_silence
+from asr_data.clips import syllables, trim_silence, unsigned_8bit
 
 DRASCULA_DIR = Path("/usr/share/scummvm/drascula/en")
 SAMPLE_RATE = 11025
@@ -149,5 +149,5 @@ def clip_audio(name: str, root: Path = DRASCULA_DIR) -> tuple[np.ndarray, int]:
     if not path.exists():   # names are upper case in the Debian package; accept any case
         path = {p.name.upper(): p for p in root.iterdir()}[f"{name.upper()}.ALS"]
     raw = path.read_bytes()[HEADER:-TRAILER]
-    audio = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+    audio = unsigned_8bit(raw)
     return trim_silence(audio, SAMPLE_RATE), SAMPLE_RATE
