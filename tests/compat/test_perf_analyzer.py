@@ -26,10 +26,11 @@ pytestmark = pytest.mark.skipif(
 
 
 async def perf_analyzer(port: int, *args: str) -> str:
+    # A fixed request count, not time windows: these tests check what the server reports, and on a loaded CI
+    # machine time windows can fail perf_analyzer's stability check (it exits 2) whatever the threshold.
     env = dict(os.environ, LD_LIBRARY_PATH=str(TOOL / "lib"))
     proc = await asyncio.create_subprocess_exec(
-        str(BINARY), "-i", "grpc", "-u", f"127.0.0.1:{port}", "--measurement-interval", "800",
-        "--max-trials", "4", "--stability-percentage", "100", *args,
+        str(BINARY), "-i", "grpc", "-u", f"127.0.0.1:{port}", "--request-count", "200", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
     )
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
