@@ -1,16 +1,17 @@
 """Model instances (instance_group) and running one batch on a free one.
 
-Each instance owns a backend object and a one-thread executor, so instances run batches concurrently
-while a single instance never runs two at once (Triton's semantics; also what non-reentrant models need).
+Each instance owns a backend object and a thread of its own, so instances run batches concurrently while a
+single instance never runs two at once (Triton's semantics; also what non-reentrant models need).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import ctypes
 import logging
+import queue
+import threading
 import time
 from typing import Callable, Optional, Sequence
 
@@ -38,15 +39,60 @@ def name_os_thread(name: str) -> None:
         pass
 
 
+class InstanceThread:
+    """One model instance's thread: runs what is submitted, in order, one at a time.
+
+    What a one-worker ThreadPoolExecutor does for an instance, without the Future, work item, shutdown locks
+    and idle-thread semaphore it handles per call (the loop's side of a hop cost 27-32 us against 7-9 us
+    here, measured on this machine): every streamed chunk's batch takes this hop. Submitted callables
+    handle their own errors; nothing submitted before `shutdown` is dropped.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()  # no submit slips in after the stop marker
+        self._closed = False
+        # A daemon: an instance that is never shut down (a test's) must not hold the interpreter at exit.
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, work: Callable[[], None]) -> None:
+        """Run `work` on the thread; RuntimeError once shut down."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"instance thread '{self.name}' is shut down")
+            self._queue.put(work)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop after the work already submitted; with `wait`, return once it has run."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._queue.put(None)
+        if wait and threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _run(self) -> None:
+        name_os_thread(self.name)
+        while True:
+            work = self._queue.get()
+            if work is None:
+                return
+            try:
+                work()
+            except BaseException:  # noqa: BLE001 - the thread must outlive a bug in what it runs
+                log.exception("work on instance thread '%s' failed", self.name)
+
+
 class Instance:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.name = backend.context.instance_name
-        self.executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=self.name, initializer=name_os_thread, initargs=(self.name,))
+        self.thread = InstanceThread(self.name)
         # Only backends that never call back into the server (BLS would deadlock) may run inline.
         self.may_run_inline = backend.inline_safe
-        self.average_ns = float(INLINE_BELOW_NS)  # start on the executor until measured
+        self.average_ns = float(INLINE_BELOW_NS)  # start on its thread until measured
 
     def observe(self, elapsed_ns: int) -> None:
         self.average_ns += EMA_WEIGHT * (elapsed_ns - self.average_ns)
@@ -56,7 +102,7 @@ class Instance:
         return self.may_run_inline and self.average_ns < INLINE_BELOW_NS
 
     def shutdown(self) -> None:
-        self.executor.shutdown(wait=True)
+        self.thread.shutdown(wait=True)
 
 
 class InstancePool:
@@ -130,8 +176,8 @@ class InstancePool:
             loop.call_soon_threadsafe(self._finish, instance, deliveries, done)
 
         try:
-            instance.executor.submit(work)
-        except RuntimeError:  # executor shut down
+            instance.thread.submit(work)
+        except RuntimeError:  # the instance is shut down
             self._finish(instance, [(p, ServerError("model is unloading", ErrorCode.UNAVAILABLE)) for p in live], done)
 
     def _finish(self, instance: Instance, deliveries, done: Optional[asyncio.Future]) -> None:
