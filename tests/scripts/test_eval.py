@@ -46,3 +46,13 @@ def test_bundled_model_meets_the_targets_on_the_demo_utterances(tmp_path):
     assert res["offline_rescore"] <= 5.0 and res["stream_rescore"] <= 8.0
     assert res["offline_rescore"] <= res["offline_greedy"]
     assert res["stream_rescore"] < res["stream_greedy"]
+
+
+def test_without_a_model_only_the_references_run(tmp_path, monkeypatch):
+    ev = load_script("eval")
+    monkeypatch.setattr(ev, "whisper_decode", lambda wavs, threads: ["wrong"] * len(wavs))
+    out = tmp_path / "eval.json"
+    assert ev.main(["--data", str(ROOT / "tests" / "data" / "demo_utts"), "--whisper", "3", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())["demo_utts"]
+    assert res["utterances"] == 12 and res["whisper_tiny_en_3utts"] > 50.0
+    assert not any(key.startswith(("offline", "stream")) for key in res)
