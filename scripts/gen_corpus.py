@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from asr_data import augment, text_sources, textgen, voices
+from asr_data import augment, clip_check, text_sources, textgen, voices
 from asr_data.manifest import Manifest, export_kaldi, leg_name, read_rows, summary
 from asr_data.text_sources import Line
 
@@ -543,6 +543,12 @@ def _leg_locked(args) -> int:
         if not (root / "uqm" / "complete").exists():
             sys.exit(f"{root / 'uqm'} is not complete: run `gen_corpus.py uqm` first")
         game_train += [dict(r, path=str(Path("uqm") / r["path"])) for r in read_rows(root / "uqm" / "manifest.jsonl")]
+    drops = clip_check.dropped()  # clips whose subtitle Whisper contradicts (scripts/check_clips.py)
+    kept = [r for r in game_train if r["utt"] not in drops]
+    if len(kept) < len(game_train):
+        print(f"left out {len(game_train) - len(kept)} game lines that their subtitles do not match "
+              f"({clip_check.CHECKS.name})", flush=True)
+    game_train = kept
     synth_h = sum(r["dur"] for r in mine) / 3600
     real_h = sum(r["dur"] for r in game_train) / 3600
     _write_kaldi(mine + game_train, root, legs / leg_name(args.leg, args.with_uqm) / "train")

@@ -33,6 +33,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from asr_data import clip_check
 from asr_data.manifest import leg_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,8 +123,11 @@ def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
     own index range) and the game's lines, in every leg, are taken once. The real speech (the games' lines,
     REAL_SPEECH) is then repeated until it is at least half of the utterances, as in a leg's own split, so that
     the extra synthetic variety does not dilute it. A non-commercial leg (with_uqm) takes both kinds of earlier
-    folders, a licence-clean one only clean ones (asr_data.manifest.leg_name). Written to <leg>/train_all."""
+    folders, a licence-clean one only clean ones (asr_data.manifest.leg_name). Game lines that the Whisper check
+    found mismatched (asr_data/clip_check.py) are left out, whichever leg's folder lists them. Written to
+    <leg>/train_all."""
     rows: dict[str, dict[str, str]] = {}
+    drops = clip_check.dropped()
     folders = [ROOT / "legs" / leg_name(n, kind) / "train" for n in [leg, *range(leg - 1, 0, -1)]
                for kind in ((True, False) if with_uqm else (False,))]
     for folder in folders:
@@ -133,7 +137,7 @@ def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
                   for name in KALDI_FILES}
         kept = 0
         for utt, path in tables["wav.scp"].items():
-            if utt in rows or not Path(path).exists():
+            if utt in rows or utt in drops or not Path(path).exists():
                 continue
             rows[utt] = {name: table[utt] for name, table in tables.items()}
             kept += 1

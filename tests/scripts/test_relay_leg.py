@@ -92,6 +92,21 @@ def test_a_leg_with_earlier_legs_takes_their_surviving_audio_once(tmp_path, monk
         relay.check_licence(out, with_uqm=False)
 
 
+def test_a_leg_leaves_out_the_game_lines_whisper_found_mismatched(tmp_path, monkeypatch):
+    from asr_data import clip_check
+
+    relay = load_script("relay_leg")
+    monkeypatch.setattr(relay, "ROOT", tmp_path)
+    checks = tmp_path / "clip_checks.tsv"
+    checks.write_text(clip_check.format_check("fotaq_train_2", "a wrongly paired line", 1.0, "something else"))
+    monkeypatch.setattr(clip_check, "CHECKS", checks)
+    _split(tmp_path / "legs" / "leg1" / "train", [("syn_1", tmp_path / "a1.wav", "one"),
+                                                  ("fotaq_train_1", tmp_path / "g1.wav", "a game line"),
+                                                  ("fotaq_train_2", tmp_path / "g2.wav", "a wrongly paired line")])
+    out = relay.with_earlier_legs(1, with_uqm=False)
+    assert (out / "text").read_text().splitlines() == ["fotaq_train_1 a game line", "syn_1 one"]
+
+
 def test_the_licence_clean_state_refuses_the_non_commercial_data(tmp_path, monkeypatch):
     """--with-uqm (CC BY-NC-SA voices) is refused for models/open_en_wip before anything runs; a state of its
     own takes it."""
