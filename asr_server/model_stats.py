@@ -78,6 +78,27 @@ class ModelStatistics:
             self.compute_infer.add(infer_ns)
             self.compute_output.add(output_ns)
 
+    def record_batch_requests(self, outcomes: list[tuple[bool, int, int, int]], infer_ns: int) -> None:
+        """`record_request` for every request of one execution, under one lock: (ok, total_ns, queue_ns,
+        batch_size) each, sharing the execution's `infer_ns` (each streamed chunk's batch comes here)."""
+        infer_ns = max(0, int(infer_ns))
+        with self._lock:
+            self.last_inference_ms = int(time.time() * 1000)
+            for ok, total_ns, queue_ns, batch_size in outcomes:
+                if not ok:
+                    self.fail.add(total_ns)
+                    self.failures_by_reason["BACKEND"] = self.failures_by_reason.get("BACKEND", 0) + 1
+                    continue
+                self.inference_count += batch_size
+                self.success.count += 1
+                self.success.ns += max(0, total_ns)
+                self.queue.count += 1
+                self.queue.ns += max(0, queue_ns)
+                self.compute_input.count += 1
+                self.compute_infer.count += 1
+                self.compute_infer.ns += infer_ns
+                self.compute_output.count += 1
+
     def snapshot(self) -> "ModelStatistics":
         """A consistent copy for reporting."""
         copy = ModelStatistics()

@@ -212,16 +212,11 @@ class InstancePool:
         infer_ns = end_ns - start_ns
         instance.observe(infer_ns)
         self.stats.record_execution(batch_size, 0, infer_ns, 0)
+        self.stats.record_batch_requests(
+            [(not isinstance(result, ServerError), end_ns - pending.enqueued_ns, start_ns - pending.enqueued_ns,
+              pending.batch_size) for pending, result in zip(batch, results)], infer_ns)
         deliveries = []
         for pending, result in zip(batch, results):
-            ok = not isinstance(result, ServerError)
-            self.stats.record_request(
-                ok,
-                total_ns=end_ns - pending.enqueued_ns,
-                queue_ns=start_ns - pending.enqueued_ns,
-                infer_ns=infer_ns,
-                batch_size=pending.batch_size,
-            )
             if pending.on_result is not None:
                 result = pending.on_result(pending, result)
             if result is None and self.decoupled:
