@@ -412,14 +412,16 @@ def freeze(args) -> int:
     """ROOT/<out>: the training data of the open-English recogniser (scripts/train_open_en.sh), the same on
     every machine: the train split's first N utterances by index (the generator makes index i from its own
     seed, so a regenerated corpus gives the same ones) and the Flight of the Amazon Queen actors' training
-    lines listed --fotaq-copies times (copies after the first get the suffix _rep<k>)."""
+    lines listed --fotaq-copies times (copies after the first get the suffix _rep<k>), without those the
+    Whisper check found mismatched."""
     train = _kaldi_rows(args.root / "train")
     chosen = {utt: row for utt, row in train.items() if int(utt.rsplit("_", 1)[1]) < args.freeze_train}
     if len(chosen) < args.freeze_train:
         print(f"the train split has {len(chosen)} of the first {args.freeze_train} utterances: let the "
               "generator run on (bash scripts/resume_corpus.sh)", file=sys.stderr)
         return 1
-    game = _kaldi_rows(args.root / "fotaq" / "fotaq_train")
+    drops = clip_check.dropped()  # clips whose subtitle Whisper contradicts (scripts/check_clips.py)
+    game = {utt: row for utt, row in _kaldi_rows(args.root / "fotaq" / "fotaq_train").items() if utt not in drops}
     for k in range(args.fotaq_copies):
         for utt, row in game.items():
             chosen[utt if k == 0 else f"{utt}_rep{k + 1}"] = row

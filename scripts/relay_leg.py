@@ -87,6 +87,7 @@ def make_data(leg: int, minutes: float, seed: int, with_uqm: bool) -> Path:
     train = ROOT / "legs" / leg_name(leg, with_uqm) / "train"
     if (train / "text").exists():
         print(f"leg {leg}'s data is already in {train}: reused", flush=True)
+        leave_out_dropped(train)  # made before the latest clip verdicts, perhaps
         return train
     tts = ROOT / "tts-venv" / "bin" / "python"
     run([tts, "scripts/gen_corpus.py", "fotaq"])
@@ -114,6 +115,17 @@ def check_licence(data: Path, with_uqm: bool) -> None:
     if found:
         sys.exit(f"{data} holds {len(found)} non-commercial lines (e.g. {found[0]}) but this state is "
                  "licence-clean: remove that folder and make the leg's data again")
+
+
+def leave_out_dropped(folder: Path) -> None:
+    """Rewrite a Kaldi folder without the game lines that the Whisper check found mismatched."""
+    drops = clip_check.dropped()
+    tables = {name: (folder / name).read_text().splitlines() for name in KALDI_FILES}
+    kept = {name: [line for line in lines if line.split(maxsplit=1)[0] not in drops] for name, lines in tables.items()}
+    if kept != tables:
+        for name, lines in kept.items():
+            (folder / name).write_text("".join(f"{line}\n" for line in lines))
+        print(f"{folder}: left out {len(tables['text']) - len(kept['text'])} mismatched game lines", flush=True)
 
 
 def with_earlier_legs(leg: int, with_uqm: bool) -> Path:

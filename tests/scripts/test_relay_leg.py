@@ -98,13 +98,19 @@ def test_a_leg_leaves_out_the_game_lines_whisper_found_mismatched(tmp_path, monk
     relay = load_script("relay_leg")
     monkeypatch.setattr(relay, "ROOT", tmp_path)
     checks = tmp_path / "clip_checks.tsv"
-    checks.write_text(clip_check.format_check("fotaq_train_2", "a wrongly paired line", 1.0, "something else"))
+    checks.write_text(clip_check.share_out(["a wrongly paired line"], "something else")[0].line("fotaq_train_2"))
     monkeypatch.setattr(clip_check, "CHECKS", checks)
     _split(tmp_path / "legs" / "leg1" / "train", [("syn_1", tmp_path / "a1.wav", "one"),
                                                   ("fotaq_train_1", tmp_path / "g1.wav", "a game line"),
                                                   ("fotaq_train_2", tmp_path / "g2.wav", "a wrongly paired line")])
     out = relay.with_earlier_legs(1, with_uqm=False)
     assert (out / "text").read_text().splitlines() == ["fotaq_train_1 a game line", "syn_1 one"]
+    # a leg's own folder, made before the verdict, is rewritten without the line when it is reused
+    monkeypatch.setattr(relay, "run", lambda cmd, **kw: pytest.fail(f"nothing is made again: {cmd}"))
+    assert relay.make_data(1, 5.0, 2026, False) == tmp_path / "legs" / "leg1" / "train"
+    for name in ("text", "wav.scp", "utt2spk", "utt2dur"):
+        assert [line.split()[0] for line in (tmp_path / "legs" / "leg1" / "train" / name).read_text().splitlines()
+                ] == ["syn_1", "fotaq_train_1"], name
 
 
 def test_the_licence_clean_state_refuses_the_non_commercial_data(tmp_path, monkeypatch):
