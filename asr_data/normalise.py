@@ -23,7 +23,9 @@ UNSAYABLE = re.compile(r"[@#*_=<>{}\[\]|\\/~^`+]|https?:|www\.|\w\.(?:com|org|ne
 ACRONYM = re.compile(r"\b(?!I\b|A\b|OK\b)[A-Z]{2,}s?\b")
 ABBREVIATIONS = {"Mr.": "Mister", "Mrs.": "Missus", "Dr.": "Doctor", "Prof.": "Professor", "vs.": "versus",
                  "etc.": "et cetera", "e.g.": "for example", "i.e.": "that is", "Jr.": "Junior",
-                 "Sr.": "Senior", "No.": "number", "&": " and "}
+                 "Sr.": "Senior", "&": " and "}
+# "No." is "number" only before a numeral ("No. 5"); elsewhere it ends a sentence: "No. Never 'eard of 'im."
+NUMBER_SIGN = re.compile(r"\bNo\.(?=\s*\d)")
 TRANSLATE = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": " - ",
                            "\u2014": " - ", "\u2026": "...", "\t": " ", "\n": " "})
 
@@ -73,6 +75,7 @@ def speakable(raw: str, allow_caps: bool = False) -> str | None:
     text = _fold(raw)
     if UNSAYABLE.search(text) or (not allow_caps and ACRONYM.search(text)):
         return None
+    text = NUMBER_SIGN.sub("number", text)
     for abbr, words in ABBREVIATIONS.items():
         text = text.replace(abbr, words)
     for pattern, repl in NUMBER_RULES:
@@ -109,10 +112,14 @@ def unspellable(text: str, chars: frozenset[str] = LABEL_CHARS) -> set[str]:
 
 def written_label(text: str) -> str:
     """Another recogniser's written English ("10 of clubs.") as a label ("ten of clubs"), by the rules that
-    made the training labels, so that its words are compared with ours like for like; what those rules cannot
-    say is kept as its lowercase letters."""
+    made the training labels, so that its words are compared with ours like for like. When the rules refuse
+    the text as a whole (a symbol, an acronym), each word is taken alone: what they still cannot say is kept as
+    its lowercase letters and digits."""
     normalised = normalise(text, allow_caps=True)
     if normalised is not None:
         return normalised[1]
-    words = ("".join(c for c in w if c.isalpha() or c == "'") for w in text.lower().split())
+    words = []
+    for word in text.split():
+        alone = normalise(word, allow_caps=True)
+        words.append(alone[1] if alone is not None else "".join(c for c in word.lower() if c.isalnum() or c == "'"))
     return " ".join(w for w in words if w)

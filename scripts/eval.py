@@ -212,7 +212,7 @@ def whisper_decode(wavs: list[np.ndarray], threads: int) -> list[str] | None:
     for w in wavs:
         segments, _ = model.transcribe(w.astype(np.float32), language="en", beam_size=5, vad_filter=False,
                                        condition_on_previous_text=False)
-        hyps.append(written_label(" ".join(s.text for s in segments)))
+        hyps.append(" ".join(written_label(s.text) for s in segments))
     return hyps
 
 
@@ -247,39 +247,36 @@ def main(argv=None) -> int:
     ap.add_argument("--show", type=int, default=0, help="print this many hyp/ref pairs per split")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    lm = load_model_dir(args.model) if args.model else None
-    dec = Decoder(lm, args.beam) if lm else None
+    if args.model is None and not (args.pocketsphinx or args.whisper):
+        ap.error("nothing to decode: give --model, or --pocketsphinx / --whisper for the references alone")
+    lm = load_model_dir(args.model) if args.model is not None else None
+    dec = Decoder(lm, args.beam) if lm is not None else None
     results = {}
     for split in args.data:
         rows = read_split(split, args.limit)
         wavs = [sf.read(p, dtype="float32")[0] for _, p, _ in rows]
         refs = [t for _, _, t in rows]
-        if dec is None:
-            res = {"utterances": len(rows)}
-            references(res, args, wavs, refs, None)
-            results[split.name] = res
-            print(f"== {split.name} ({len(rows)} utts)")
-            for k, v in res.items():
-                print(f"  {k:32s} {v}")
-            continue
-        feats = [fbank(w, lm.fbank) for w in wavs]
-        t0 = time.monotonic()
-        hyps, offline_paths = decode_offline(dec, feats)
-        stream_hyps, stream_paths = decode_streaming(dec, feats, args.chunk, args.left_chunks)
-        hyps.update(stream_hyps)
-        secs = time.monotonic() - t0
-        res = {mode: round(wer(refs, h), 2) for mode, h in hyps.items()}
-        res["spikes_in_first_chunk_offline"] = round(early_spike_share(offline_paths, args.chunk), 3)
-        res["spikes_in_first_chunk_stream"] = round(early_spike_share(stream_paths, args.chunk), 3)
-        res["median_encoder_frames"] = float(np.median([len(p) for p in offline_paths]))
-        references(res, args, wavs, refs, hyps)
+        hyps: dict = {}
+        res: dict = {}
+        if dec is not None:
+            feats = [fbank(w, lm.fbank) for w in wavs]
+            t0 = time.monotonic()
+            hyps, offline_paths = decode_offline(dec, feats)
+            stream_hyps, stream_paths = decode_streaming(dec, feats, args.chunk, args.left_chunks)
+            hyps.update(stream_hyps)
+            secs = time.monotonic() - t0
+            res = {mode: round(wer(refs, h), 2) for mode, h in hyps.items()}
+            res["spikes_in_first_chunk_offline"] = round(early_spike_share(offline_paths, args.chunk), 3)
+            res["spikes_in_first_chunk_stream"] = round(early_spike_share(stream_paths, args.chunk), 3)
+            res["median_encoder_frames"] = float(np.median([len(p) for p in offline_paths]))
+            res["decode_seconds"] = round(secs, 1)
+        references(res, args, wavs, refs, hyps or None)
         res["utterances"] = len(rows)
-        res["decode_seconds"] = round(secs, 1)
         results[split.name] = res
         print(f"== {split.name} ({len(rows)} utts)")
         for k, v in res.items():
             print(f"  {k:32s} {v}")
-        for i in range(min(args.show, len(rows))):
+        for i in range(min(args.show, len(rows)) if hyps else 0):
             print(f"    REF {refs[i]}\n    HYP {hyps['offline_rescore'][i]}")
         sys.stdout.flush()
     if args.json:

@@ -52,8 +52,15 @@ def test_normalise_drops_what_cannot_be_said_unambiguously(raw):
 def test_another_recognisers_written_words_become_a_label_by_the_same_rules():
     assert written_label(" 10 of clubs.") == "ten of clubs"
     assert written_label(" Mr. Smith paid $5, didn't he?") == "mister smith paid five dollars didn't he"
-    assert written_label(" C++ & HTML") == "c html"  # not sayable by the rules: its letters are kept
+    assert written_label(" C++ & 10 HTML") == "c and ten html"  # refused as a whole: word by word
+    assert written_label(" the 1990s ♪") == "the 1990s"  # what the rules cannot say keeps letters and digits
     assert written_label("") == ""
+
+
+def test_no_is_a_number_sign_only_before_a_numeral():
+    assert normalise("No. Never 'eard of 'im.", allow_caps=True)[1] == "no never eard of im"
+    assert normalise("No.", allow_caps=True)[1] == "no"
+    assert normalise("Room No. 5 is upstairs.")[1] == "room number five is upstairs"
 
 
 def test_labels_use_only_the_units_alphabet():

@@ -56,3 +56,5 @@ def test_without_a_model_only_the_references_run(tmp_path, monkeypatch):
     res = json.loads(out.read_text())["demo_utts"]
     assert res["utterances"] == 12 and res["whisper_tiny_en_3utts"] > 50.0
     assert not any(key.startswith(("offline", "stream")) for key in res)
+    with pytest.raises(SystemExit):  # neither a model nor a reference: refused, not an empty table
+        ev.main(["--data", str(ROOT / "tests" / "data" / "demo_utts")])
