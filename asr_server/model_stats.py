@@ -1,7 +1,7 @@
 """Per-model-version inference statistics, in the shape of Triton's ModelStatistics.
 
 Durations are nanoseconds, counts are requests (inference_stats) or executions (batch_stats), as in Triton.
-Updated from the event loop and from executor threads, hence the lock.
+Updated from the event loop and from the model instances' threads, hence the lock.
 """
 
 from __future__ import annotations

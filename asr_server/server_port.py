@@ -19,7 +19,7 @@ class ServerPort(Protocol):
 
     def infer(self, request: InferRequest) -> list[InferResponse]:
         """Every response of `request` (one, or zero or more from a decoupled model); raises the first error
-        as a ServerError. Blocks the calling thread: for executor threads and a model's own threads, never
+        as a ServerError. Blocks the calling thread: for model instance threads and a model's own threads, never
         for the server's event loop."""
         ...
 

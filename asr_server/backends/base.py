@@ -12,7 +12,7 @@ Contract (documented once, here):
   through it and finally calls `senders[i](None, True)` (or a last response with final=True), and the
   returned list holds None for requests whose responses go through the sink.
 - `unload()` frees resources; called once, after the last execute returned.
-Backends are called from executor threads: they must not touch the event loop.
+Backends are called from their instances' threads: they must not touch the event loop.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class Backend(abc.ABC):
     # True when execute() can take requests of different non-batch shapes in one batch.
     ragged_batching: ClassVar[bool] = False
     # True when execute() never calls back into the server (no BLS), so that very short executions may run
-    # on the event loop thread instead of an executor (see scheduling/instances.py).
+    # on the event loop thread instead of the instance's thread (see scheduling/instances.py).
     inline_safe: ClassVar[bool] = False
     # True when implicit state (sequence_batching.state) may be used with this backend.
     supports_implicit_state: ClassVar[bool] = True

@@ -274,7 +274,13 @@ class ModelManager:
                 await asyncio.to_thread(backend.unload)
             raise
         pool = InstancePool([Instance(b) for b in backends], stats, config.model_transaction_policy.decoupled)
-        scheduler = make_scheduler(config, model_dir, stats, pool=pool, backend=cls)
+        try:
+            scheduler = make_scheduler(config, model_dir, stats, pool=pool, backend=cls)
+        except BaseException:  # the version does not load: its instances' threads and backends go with it
+            pool.shutdown()
+            for backend in backends:
+                await asyncio.to_thread(backend.unload)
+            raise
         return LoadedVersion(name, number, config, scheduler, pool, stats)
 
     def _check_steps_loaded(self, config: mc.ModelConfig) -> None:

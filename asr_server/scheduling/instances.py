@@ -45,7 +45,8 @@ class InstanceThread:
     What a one-worker ThreadPoolExecutor does for an instance, without the Future, work item, shutdown locks
     and idle-thread semaphore it handles per call (the loop's side of a hop cost 27-32 us against 7-9 us
     here, measured on this machine): every streamed chunk's batch takes this hop. Submitted callables
-    handle their own errors; nothing submitted before `shutdown` is dropped.
+    handle their own errors; `shutdown` runs what was submitted before it. The thread is a daemon: work still
+    queued when the process exits without unloading its models is not run (the server unloads them on stop).
     """
 
     def __init__(self, name: str) -> None:
@@ -65,7 +66,8 @@ class InstanceThread:
             self._queue.put(work)
 
     def shutdown(self, wait: bool = True) -> None:
-        """Stop after the work already submitted; with `wait`, return once it has run."""
+        """Stop after the work already submitted; with `wait`, return once it has run (called from the thread
+        itself, it returns at once: the work runs after the caller's)."""
         with self._lock:
             if not self._closed:
                 self._closed = True

@@ -1,6 +1,6 @@
 """A request waiting in a scheduler, and the channel its responses travel back through.
 
-Backends run in executor threads and decoupled models may send from threads of their own, so every
+Backends run in their instances' threads and decoupled models may send from threads of their own, so every
 delivery hops onto the event loop with `call_soon_threadsafe`. The channel enforces "resolved exactly
 once": after a final delivery, further deliveries are dropped (and counted, for the tests to check).
 """

@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - exercised only where numba is missing
 def _jit(fn):
     # cache=True: compiled code is reused across processes (a Triton python backend
     # starts one process per instance; recompiling costs about a second each).
-    # nogil=True: the server may decode streams from several executor threads at once.
+    # nogil=True: the server may decode streams from several model instance threads at once.
     return _njit(cache=True, nogil=True)(fn)
 
 
