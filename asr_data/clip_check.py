@@ -31,8 +31,8 @@ CHECKS = Path(__file__).with_name("clip_checks.tsv")
 WINDOW_S = 24.0  # audio per Whisper window: under its 30 s, with room for the gaps
 GAP_S = 1.0  # silence between packed clips: Whisper hears a pause, not one run-on sentence
 # A clip is dropped when Whisper contradicts most of a subtitle of several words, in its words and in its
-# letters: a misheard line keeps most letters ("you nicked me knackwurst" -> "you nick me nack worst": 3 of 4
-# words missed, CER 0.21), a wrongly paired one does not ("i thought you looked hungry" -> "welcome to the gap
+# letters: a misheard line keeps most letters ("i'd know it anywhere" -> "right now we're anywhere": 3 of 4
+# words missed, CER 0.50), a wrongly paired one does not ("i thought you looked hungry" -> "welcome to the gap
 # robert": 5 of 5, CER 0.81). Shorter subtitles ("Hey!", "Huh?") are kept whatever Whisper says: on a word or
 # two its own errors (and hallucinations on grunts) would drop good clips.
 MIN_WORDS = 3
