@@ -44,6 +44,15 @@ class Manifest:
         self._fh.close()
 
 
+def latest_rows(path: Path) -> list[dict]:
+    """A manifest's rows, the last one of each utterance (a relabelled line is appended again: see
+    `scripts/gen_corpus.py write_real_clips`), in the order utterances first appear."""
+    rows: dict[str, dict] = {}
+    for row in read_rows(path):
+        rows[row["utt"]] = row
+    return list(rows.values())
+
+
 def read_rows(path: Path) -> Iterable[dict]:
     if not Path(path).exists():
         return

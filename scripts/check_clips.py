@@ -26,7 +26,7 @@ import soundfile as sf
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from asr_data import clip_check  # noqa: E402
-from asr_data.manifest import read_rows  # noqa: E402
+from asr_data.manifest import latest_rows  # noqa: E402
 from asr_data.normalise import written_label  # noqa: E402
 
 SOURCES = {"fotaq": "fotaq_train", "drascula": "drascula_train", "bass": "bass_train"}  # source -> its split
@@ -36,7 +36,7 @@ RATE = 16_000
 def training_clips(root: Path, sources: list[str]) -> list[dict]:
     clips = []
     for source in sources:
-        for row in read_rows(root / source / "manifest.jsonl"):
+        for row in latest_rows(root / source / "manifest.jsonl"):
             if row["split"] == SOURCES[source]:
                 clips.append(dict(row, path=str(root / source / row["path"])))
     return clips

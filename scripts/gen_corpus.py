@@ -40,7 +40,7 @@ import numpy as np
 import soundfile as sf
 
 from asr_data import augment, clip_check, text_sources, textgen, voices
-from asr_data.manifest import Manifest, export_kaldi, leg_name, read_rows, summary
+from asr_data.manifest import Manifest, export_kaldi, latest_rows, leg_name, read_rows, summary
 from asr_data.text_sources import Line
 
 ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
@@ -257,17 +257,22 @@ FOTAQ_TEST_SPEAKERS = 8  # other-person voices of whole dialogues held out as re
 def write_real_clips(root: Path, source: str, lines, load_audio) -> tuple[dict, int, int]:
     """Voiced game lines as 16 kHz FLAC under ROOT/wavs/ with their manifest rows, resumable like `run`.
     ``lines``: (split, utt, clip name, subtitle text, speaker, folder under wavs/); ``load_audio(clip name)``
-    -> (samples, rate). Returns (the split counts exported, lines made now, lines not normalisable)."""
+    -> (samples, rate). A line made before whose label the rules now write differently (asr_data/normalise.py
+    changed) is appended again with the new label: the manifest's last row of an utterance is its truth.
+    Returns (the split counts exported, lines made now, lines not normalisable)."""
     from asr_data.normalise import normalise
 
     manifest = Manifest(root / "manifest.jsonl")
-    skipped = made = 0
+    skipped = made = relabelled = 0
     for split, utt, name, text, speaker, folder in lines:
         pair = normalise(text, allow_caps=True)
         if pair is None:
             skipped += 1
             continue
         if utt in manifest:
+            if manifest.rows[utt]["label"] != pair[1]:
+                manifest.append(dict(manifest.rows[utt], label=pair[1]))
+                relabelled += 1
             continue
         audio, sr = load_audio(name)
         audio = np.clip(augment.to_16k(audio, sr), -1.0, 1.0)
@@ -280,6 +285,8 @@ def write_real_clips(root: Path, source: str, lines, load_audio) -> tuple[dict, 
         made += 1
     counts = export_kaldi(manifest.rows.values(), root)
     manifest.close()
+    if relabelled:
+        print(f"{source}: {relabelled} lines relabelled by the current label rules", flush=True)
     return counts, made, skipped
 
 
@@ -537,14 +544,15 @@ def _leg_locked(args) -> int:
     legs = root / "legs"
     mine = [r for r in rows if r["split"] == "train" and first <= r["index"] < first + LEG_STRIDE]
     # the games' rows hold paths relative to ROOT/fotaq, ROOT/drascula and ROOT/bass
-    game = [dict(r, path=str(Path("fotaq") / r["path"])) for r in read_rows(root / "fotaq" / "manifest.jsonl")]
+    game = [dict(r, path=str(Path("fotaq") / r["path"])) for r in latest_rows(root / "fotaq" / "manifest.jsonl")]
     game_train = [r for r in game if r["split"] == "fotaq_train"]
     for source in ("drascula", "bass"):  # all of their lines train
-        game_train += [dict(r, path=str(Path(source) / r["path"])) for r in read_rows(root / source / "manifest.jsonl")]
+        game_train += [dict(r, path=str(Path(source) / r["path"]))
+                       for r in latest_rows(root / source / "manifest.jsonl")]
     if args.with_uqm:  # non-commercial: only when asked for (asr_data/uqm.py), into folders of its own
         if not (root / "uqm" / "complete").exists():
             sys.exit(f"{root / 'uqm'} is not complete: run `gen_corpus.py uqm` first")
-        game_train += [dict(r, path=str(Path("uqm") / r["path"])) for r in read_rows(root / "uqm" / "manifest.jsonl")]
+        game_train += [dict(r, path=str(Path("uqm") / r["path"])) for r in latest_rows(root / "uqm" / "manifest.jsonl")]
     drops = clip_check.dropped()  # clips whose subtitle Whisper contradicts (scripts/check_clips.py)
     kept = [r for r in game_train if r["utt"] not in drops]
     if len(kept) < len(game_train):

@@ -211,3 +211,32 @@ def test_a_leg_stops_its_workers_when_the_parent_process_catches_sigterm(tmp_pat
     made = [r["utt"] for r in read_rows(tmp_path / "manifest.jsonl") if r["split"] == "train"]
     assert 1 <= len(made) < 50  # stopped at the deadline, part-way through the leg's 50 indices
     assert caught == []  # the parent itself was never signalled
+
+
+def test_a_game_line_made_under_older_label_rules_is_relabelled_not_made_again(tmp_path):
+    """'No.' used to be labelled 'number': a surviving data folder gets the new label appended, and readers
+    take the last row of each utterance."""
+    from asr_data.manifest import latest_rows
+
+    gen = load_script("gen_corpus")
+    root = tmp_path / "fotaq"
+    manifest = Manifest(root / "manifest.jsonl")
+    manifest.append({"utt": "fotaq_train_1", "split": "fotaq_train", "path": "wavs/fotaq_train/fotaq_train_1.flac",
+                     "dur": 0.5, "label": "number", "speak": "No.", "kind": "real", "source": "fotaq",
+                     "family": "fotaq", "voice": "joe", "speaker": "fotaq-joe"})
+    manifest.close()
+    lines = [("fotaq_train", "fotaq_train_1", "C1", "No.", "joe", "fotaq_train"),
+             ("fotaq_train", "fotaq_train_2", "C2", "Yes.", "joe", "fotaq_train")]
+    loaded = []
+
+    def load_audio(name):
+        loaded.append(name)
+        return np.zeros(8000, np.float32), 16000
+
+    counts, made, skipped = gen.write_real_clips(root, "fotaq", lines, load_audio)
+    assert loaded == ["C2"] and made == 1 and skipped == 0  # the old line's audio is not made again
+    rows = latest_rows(root / "manifest.jsonl")
+    assert [(r["utt"], r["label"]) for r in rows] == [("fotaq_train_1", "no"), ("fotaq_train_2", "yes")]
+    assert (root / "fotaq_train" / "text").read_text().splitlines() == ["fotaq_train_1 no", "fotaq_train_2 yes"]
+    gen.write_real_clips(root, "fotaq", lines, load_audio)  # a second run appends nothing more
+    assert len(list(read_rows(root / "manifest.jsonl"))) == 3
