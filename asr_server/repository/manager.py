@@ -169,6 +169,9 @@ class ModelManager:
             if not previous:
                 entry.state = ModelState.LOADING
             try:
+                # Before anything is read: a file changed while this load runs then differs from the recorded
+                # state, and the next poll loads again (taken after the load, it would hide that change).
+                fingerprint = await asyncio.to_thread(version_io.fingerprint, model_dir)
                 config, numbers = await asyncio.to_thread(self._prepare, model_dir, name, config_override)
                 if config.platform == "ensemble":
                     await self._load_steps(entry, config, (*step_of, name))
@@ -185,9 +188,8 @@ class ModelManager:
                 if temp_dir is not None:
                     await asyncio.to_thread(_remove_tree, temp_dir)
                 raise ServerError(f"load failed for model '{name}': {error.message}", error.code) from None
-            entry.config, entry.versions = config, new_versions
+            entry.config, entry.versions, entry.fingerprint = config, new_versions, fingerprint
             entry.state, entry.reason = ModelState.READY, ""
-            entry.fingerprint = await asyncio.to_thread(version_io.fingerprint, model_dir)
             for old in previous.values():
                 await self._unload_version(old)
             old_temp, entry.temp_dir = entry.temp_dir, temp_dir
