@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measurement-interval", type=int, default=1000, help="ms per perf_analyzer window")
     p.add_argument("--max-trials", type=int, default=4, help="perf_analyzer windows per point")
     p.add_argument("--stability-percentage", type=float, default=999.0)
+    p.add_argument("--request-count", type=int, default=0,
+                   help="measure each point by this many requests instead of windows (not for sequence models)")
     p.add_argument("--confirm-rounds", type=int, default=0,
                    help="measure shipped and best again, alternately, N times after the search (medians reported)")
     p.add_argument("--no-progress", action="store_true")
@@ -98,7 +100,7 @@ def options_from_args(args: argparse.Namespace) -> AnalyzerOptions:
     settings = perf.PerfSettings(
         binary=perf.find_binary(args.perf_analyzer) if needs_perf else Path(args.perf_analyzer or "perf_analyzer"),
         measurement_interval_ms=args.measurement_interval, max_trials=args.max_trials,
-        stability_percentage=args.stability_percentage)
+        stability_percentage=args.stability_percentage, request_count=args.request_count)
     return AnalyzerOptions(
         model=args.model, export_path=args.export_path, repository=args.model_repository, url=args.url,
         bls_composing_models=tuple(m for m in args.bls_composing_models.split(",") if m),

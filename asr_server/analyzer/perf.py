@@ -50,11 +50,16 @@ class PerfSettings:
     # without numbers; 999 keeps its numbers (the last 3 windows averaged) and the search compares like with like.
     stability_percentage: float = 999.0
     timeout_s: float = 300.0  # kill a run that hangs (a server that stopped answering)
+    # > 0: each point measures this many requests (perf_analyzer's --request-count) instead of windows, with
+    # no stability check: figures as repeatable as the machine, and no point lost to a window's hiccup on a
+    # loaded machine. Not for sequence workloads, whose sequences a count would cut short.
+    request_count: int = 0
     extra_args: tuple[str, ...] = ()  # anything else, passed through unchanged
 
     def __post_init__(self):
-        if self.measurement_interval_ms <= 0 or self.max_trials < 1:
-            raise ValueError("measurement_interval_ms must be positive and max_trials at least 1")
+        if self.measurement_interval_ms <= 0 or self.max_trials < 1 or self.request_count < 0:
+            raise ValueError("measurement_interval_ms must be positive, max_trials at least 1 and request_count "
+                             "not negative")
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,8 @@ def command(settings: PerfSettings, url: str, model: str, workload: Workload, po
         args.append("--streaming")
     if workload.sequence and workload.sequence_length:
         args += ["--sequence-length", str(workload.sequence_length)]
+    if settings.request_count:
+        args += ["--request-count", str(settings.request_count)]
     return args + list(settings.extra_args)
 
 
@@ -146,8 +153,7 @@ def warm_up(settings: PerfSettings, url: str, model: str, workload: Workload) ->
     slot through the first window. The error message when the warm-up failed (the measured run will tell)."""
     if workload.sequence:
         return None
-    warm = dataclasses.replace(settings, extra_args=(*settings.extra_args, "--request-count",
-                                                     str(WARM_UP_REQUESTS)))
+    warm = dataclasses.replace(settings, request_count=WARM_UP_REQUESTS)
     try:
         _measure_once(warm, url, model, workload, LoadPoint(concurrency=1))
     except PerfError as exc:

@@ -150,6 +150,12 @@ def test_perf_analyzer_csv_parsing_and_command():
     assert cmd[:7] == ["/bin/pa", "-i", "grpc", "-u", "h:1", "-m", "m"]
     for part in (["--request-rate-range", "20"], ["--streaming"], ["--sequence-length", "5"], ["--shape", "X:4"]):
         assert any(cmd[i:i + len(part)] == part for i in range(len(cmd)))
+    assert "--request-count" not in cmd  # windows by default
+    counted = perf.command(perf.PerfSettings(binary=perf.Path("/bin/pa"), request_count=300), "h:1", "m",
+                           perf.Workload(("--shape", "X:4")), perf.LoadPoint(concurrency=2), perf.Path("/tmp/x.csv"))
+    assert counted.count("--request-count") == 1 and counted[counted.index("--request-count") + 1] == "300"
+    with pytest.raises(ValueError):
+        perf.PerfSettings(binary=perf.Path("/bin/pa"), request_count=-1)
 
 
 def test_audio_input_data_is_exact_and_streams_are_chunked(tmp_path):
