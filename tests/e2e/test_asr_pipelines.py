@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as aioclient
 
+from tests.helpers.waiting import wait_until
+
 SAMPLE_RATE = 16000
 # The two streaming layouts of a built repository: one python model (the default), and WeNet's ensemble
 # (streaming_feature_extractor -> wenet). Same inputs, outputs and transcripts.
@@ -176,10 +178,7 @@ async def test_abandoned_stream_is_cleaned_up(client, layout):
         scheduler = server.manager.get(name).scheduler
         scheduler.options = dataclasses.replace(scheduler.options, idle_s=0.05)
         scheduler.poke()
-    for _ in range(100):
-        await asyncio.sleep(0.02)
-        if all(4242 not in server.manager.get(n).scheduler.sequences for n in models):
-            break
+    await wait_until(lambda: all(4242 not in server.manager.get(n).scheduler.sequences for n in models), 10.0)
     for name in (*models, "streaming_encoder"):
         assert 4242 not in server.manager.get(name).scheduler.sequences, name
     # The python models keep their own per-sequence state in the instance that ran the sequence: one object

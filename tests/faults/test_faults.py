@@ -45,13 +45,18 @@ async def test_a_model_that_raises_fails_only_its_own_requests(repo: Path, runni
         await client.close()
 
 
+HANG_S = 4.0
+
+
 async def test_a_hanging_model_holds_only_its_own_requests(repo: Path, running):
     # Queue policy: REJECT requests that waited past their own `timeout` (Triton's allow_timeout_override).
     sleepy(repo, "hang", batching="max_queue_delay_microseconds: 0 default_queue_policy { timeout_action: REJECT "
                                   "allow_timeout_override: true }")
     async with running(repo, allow_http=False) as server:
         client = client_of(server)
-        hanging = asyncio.create_task(client.infer("hang", seconds_input(1.0, batched=True), client_timeout=5))
+        # A hang long enough that what follows fits inside it with room on a loaded machine; a healthy model
+        # that waited for it would take the rest of it (over HANG_S - 1 s).
+        hanging = asyncio.create_task(client.infer("hang", seconds_input(HANG_S, batched=True), client_timeout=30))
         assert await wait_until(lambda: executions(repo / "hang") == 1)  # the instance is busy now
         started = time.monotonic()
         # The client's deadline passes: DEADLINE_EXCEEDED for that caller, nothing else.
@@ -62,8 +67,8 @@ async def test_a_hanging_model_holds_only_its_own_requests(repo: Path, running):
         assert queued == ("error", "StatusCode.UNAVAILABLE", "Request timeout expired"), queued
         # Meanwhile the other model answers at once.
         assert await asyncio.gather(*[add_sub(client) for _ in range(5)]) == [ADD_SUB_SUM] * 5
-        assert time.monotonic() - started < 0.9, "the healthy model waited for the hanging one"
-        assert (await hanging).as_numpy("OUT").tolist() == [[1.0]]
+        assert time.monotonic() - started < HANG_S - 1.0, "the healthy model waited for the hanging one"
+        assert (await hanging).as_numpy("OUT").tolist() == [[HANG_S]]
         # Once the hang is over the model serves again.
         assert (await client.infer("hang", seconds_input(0.0, batched=True))).as_numpy("OUT").tolist() == [[0.0]]
         await client.close()

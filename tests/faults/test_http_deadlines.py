@@ -14,7 +14,7 @@ import tritonclient.grpc.aio as aioclient
 from asr_server.settings import ServerSettings, validate
 from tests.faults.conftest import ADD_SUB_SUM, add_sub
 
-TIMEOUT_S = 1.0
+TIMEOUT_S = 3.0  # long enough that a loaded machine's stalls of a second never reach it
 BODY = json.dumps({"inputs": [{"name": f"INPUT{i}", "shape": [4], "datatype": "FP32", "data": [0, 1, 2, 3]}
                               for i in (0, 1)]}).encode()
 
@@ -75,11 +75,12 @@ async def test_a_slow_body_that_keeps_coming_is_served(repo: Path, running):
         reader, writer = await asyncio.open_connection("127.0.0.1", server.http_port)
         try:
             writer.write(post_head(len(BODY)))
-            pieces = [BODY[i:i + len(BODY) // 5 + 1] for i in range(0, len(BODY), len(BODY) // 5 + 1)]
-            for piece in pieces:  # 0.4 s apart: 2 s in all, twice the timeout, never a stall of 1 s
+            size = len(BODY) // 6 + 1
+            pieces = [BODY[i:i + size] for i in range(0, len(BODY), size)]
+            for piece in pieces:  # a quarter of the timeout apart: 1.5x the timeout in all, never a stall
                 writer.write(piece)
                 await writer.drain()
-                await asyncio.sleep(0.4)
+                await asyncio.sleep(TIMEOUT_S / 4)
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3 * TIMEOUT_S)
         finally:
             writer.close()

@@ -63,7 +63,8 @@ async def test_requests_beyond_max_queue_size_are_refused_and_the_rest_answered(
     sleepy(repo, batching="max_queue_delay_microseconds: 0 default_queue_policy { max_queue_size: 2 }")
     async with running(repo, allow_http=False) as server:
         client = aioclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-        running_call = asyncio.create_task(client.infer("sleepy", seconds_input(0.5, batched=True)))
+        # busy for long enough that two requests queue and a third is refused inside it on a loaded machine
+        running_call = asyncio.create_task(client.infer("sleepy", seconds_input(3.0, batched=True)))
         assert await wait_until(lambda: executions(repo / "sleepy") == 1)  # the instance is busy: the next queue
         queued = [asyncio.create_task(outcome(client.infer("sleepy", seconds_input(0.0, batched=True))))
                   for _ in range(2)]
@@ -71,6 +72,6 @@ async def test_requests_beyond_max_queue_size_are_refused_and_the_rest_answered(
         over = await outcome(client.infer("sleepy", seconds_input(0.0, batched=True)))
         assert over == ("error", "StatusCode.UNAVAILABLE", "Exceeds maximum queue size"), over
         assert await add_sub(client) == ADD_SUB_SUM
-        assert (await running_call).as_numpy("OUT").tolist() == [[0.5]]
+        assert (await running_call).as_numpy("OUT").tolist() == [[3.0]]
         assert [r.as_numpy("OUT").tolist() for r in await asyncio.gather(*queued)] == [[[0.0]], [[0.0]]]
         await client.close()

@@ -14,6 +14,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from asr_server.protocol.grpc_service import MAX_STREAM_BACKLOG
 from tests.conftest import BUNDLED_REPO, copy_model
+from tests.helpers.waiting import wait_until
 
 SENT = 200
 VALUES = 256 * 1024  # 1 MiB of FP32 per request and per answer: more than gRPC's window holds
@@ -29,6 +30,10 @@ def request(i: int) -> pb.ModelInferRequest:
 async def executed(client) -> int:
     stats = await client.get_inference_statistics("identity_fp32", as_json=True)
     return int(stats["model_stats"][0]["inference_stats"]["success"].get("count", 0))
+
+
+async def executed_at_least(client, count: int) -> bool:
+    return await executed(client) >= count
 
 
 async def test_a_stream_whose_answers_are_not_read_stops_being_read(tmp_path, running):
@@ -47,6 +52,9 @@ async def test_a_stream_whose_answers_are_not_read_stops_being_read(tmp_path, ru
                     yield request(i)
 
             call = stub.ModelStreamInfer(requests())  # its answers are not read for now
+            # the stream is being served (however slowly this machine runs it) ...
+            assert await wait_until(lambda: executed_at_least(client, MAX_STREAM_BACKLOG // 2), 30)
+            # ... and, given time to run on, stops at the backlog
             await asyncio.sleep(2.0)
             held = await executed(client)
             assert MAX_STREAM_BACKLOG // 2 <= held <= MAX_STREAM_BACKLOG + 4, held

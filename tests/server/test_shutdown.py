@@ -15,8 +15,10 @@ from tests.conftest import BUNDLED_REPO, copy_model, local_settings
 from tests.helpers.fault_models import sleepy
 from tests.helpers.waiting import wait_until
 
-GRACE_S = 8.0  # --exit-timeout-secs in these tests; stopping must take far less with idle streams open
-SLOW_S = 1.0  # how long the in-flight request runs
+# --exit-timeout-secs in these tests: stopping must take far less with idle streams open (they must not hold it
+# for the grace period), with room for a loaded machine's unloads
+GRACE_S = 30.0
+SLOW_S = 3.0  # how long the in-flight request runs: the test sees it in the server on a loaded machine
 
 
 def add_sub_request() -> dict:
@@ -71,7 +73,7 @@ async def test_stop_closes_idle_streams_and_answers_requests_in_flight(tmp_path:
         started = asyncio.get_running_loop().time()
         await server.stop()
         took = asyncio.get_running_loop().time() - started
-        assert took < SLOW_S + 2.5 < GRACE_S, f"stop took {took:.1f} s with idle streams open"
+        assert took < GRACE_S / 2, f"stop took {took:.1f} s with idle streams open"
         await asyncio.wait_for(asyncio.gather(idle, busy), 5)  # both streams were ended by the server
         # the requests in flight were answered, not dropped; then each stream, cut while its client could still
         # send, ended with UNAVAILABLE (not OK: the client must not take unread requests for answered ones)
@@ -99,7 +101,7 @@ async def test_an_http_client_holding_a_partial_body_does_not_hold_shutdown(tmp_
         started = asyncio.get_running_loop().time()
         await server.stop()
         took = asyncio.get_running_loop().time() - started
-        assert took < 1.0 + 2.0, f"stop took {took:.1f} s with a partial HTTP body held open (aiohttp's 60 s)"
+        assert took < 10.0, f"stop took {took:.1f} s with a partial HTTP body held open (aiohttp's 60 s)"
     finally:
         writer.close()
         if not server._stopped.is_set():
