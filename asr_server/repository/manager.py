@@ -168,19 +168,22 @@ class ModelManager:
             entry.missing_steps = frozenset()
             if not previous:
                 entry.state = ModelState.LOADING
+            new_versions: dict[int, LoadedVersion] = {}
             try:
                 # Before anything is read: a file changed while this load runs then differs from the recorded
-                # state, and the next poll loads again (taken after the load, it would hide that change).
+                # state, and the next poll loads again (taken after the load, it would hide that change). A model
+                # whose load writes into its own folder (outside __pycache__) is therefore loaded once more.
                 fingerprint = await asyncio.to_thread(version_io.fingerprint, model_dir)
                 config, numbers = await asyncio.to_thread(self._prepare, model_dir, name, config_override)
                 if config.platform == "ensemble":
                     await self._load_steps(entry, config, (*step_of, name))
-                new_versions = {}
                 for number in numbers:
                     new_versions[number] = await self._load_version(model_dir, name, number, config)
             except BaseException as exc:  # noqa: BLE001 - one broken model must not stop the others
                 error = as_server_error(exc)
                 log.error("failed to load '%s': %s", name, error.message)
+                for loaded in new_versions.values():  # the versions that did load go with the failed ones
+                    await self._unload_version(loaded)
                 if previous:
                     entry.model_dir = previous_dir  # the old versions keep serving from there
                 else:
@@ -281,7 +284,10 @@ class ModelManager:
         except BaseException:  # the version does not load: its instances' threads and backends go with it
             pool.shutdown()
             for backend in backends:
-                await asyncio.to_thread(backend.unload)
+                try:
+                    await asyncio.to_thread(backend.unload)
+                except Exception:  # noqa: BLE001 - the others still unload; the load's own error goes up
+                    log.exception("unloading instance '%s' failed", backend.context.instance_name)
             raise
         return LoadedVersion(name, number, config, scheduler, pool, stats)
 

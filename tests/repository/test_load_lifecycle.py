@@ -1,6 +1,6 @@
-"""What a load leaves behind: a version that fails after its instances exist (its scheduler cannot be made)
-stops their threads and unloads its backends; a load records the model folder as it was before it read it,
-so that a change made while it ran is loaded by the next poll."""
+"""What a load leaves behind: a version that fails after its instances exist (its scheduler cannot be made), or
+after other versions of the model loaded, stops their threads and unloads their backends; a load records the
+model folder as it was before it read it, so that a change made while it ran is loaded by the next poll."""
 
 from __future__ import annotations
 
@@ -60,3 +60,17 @@ async def test_a_config_changed_while_its_model_loads_is_loaded_by_the_next_poll
     assert manager.get("identity_fp32", "").config.max_batch_size == 4
     assert not await manager.poll()  # and nothing more
     await manager.shutdown()
+
+
+async def test_when_one_version_fails_the_versions_loaded_before_it_are_unloaded(tmp_path: Path):
+    model = copy_model(tmp_path, BUNDLED_REPO / "add_sub")
+    config = model / "config.pbtxt"
+    config.write_text(config.read_text() + "\nversion_policy: { all {} }\n")
+    (model / "2").mkdir()
+    (model / "2" / "model.py").write_text(
+        "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('version 2 breaks')\n")
+    manager = ModelManager([tmp_path])
+    with pytest.raises(ServerError, match="version 2 breaks"):
+        await manager.load("add_sub")
+    assert not manager.entry("add_sub").versions
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("add_sub")]  # version 1's thread too
