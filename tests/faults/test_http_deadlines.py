@@ -35,7 +35,9 @@ async def test_dribbled_headers_are_cut_and_others_are_served(repo: Path, runnin
         writer.write(b"GET /v2/health/live HTTP/1.1\r\n")
 
         async def dribble() -> None:
-            for i in range(40):  # a header line every 0.1 s: bytes keep coming, the headers never end
+            # a header line every 0.1 s for longer than the test waits: bytes keep coming, the headers never end
+            # (a timer that each byte restarted would never fire)
+            for i in range(int(4 * TIMEOUT_S / 0.1)):
                 writer.write(b"X-%d: y\r\n" % i)
                 await writer.drain()
                 await asyncio.sleep(0.1)
