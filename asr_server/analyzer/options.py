@@ -57,6 +57,10 @@ class AnalyzerOptions:
             raise ValueError("give --concurrency or --request-rate load points")
         if self.max_candidates < 1:
             raise ValueError("max_candidates must be at least 1")
+        count = self.perf.request_count if self.perf is not None else 0
+        if count and count < max((*self.concurrency, *self.request_rate), default=0):
+            # perf_analyzer's own rule: "request-count can not be less than concurrency"
+            raise ValueError(f"--request-count {count} is less than the largest concurrency or request rate")
 
 
 @dataclass(frozen=True)

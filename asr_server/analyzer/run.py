@@ -123,6 +123,9 @@ class Analyzer:
 
     def _workload(self) -> perf.Workload:
         sequence = any(is_sequence(c) for c in self.file_configs.values())
+        if sequence and self.perf.request_count:
+            raise ValueError("--request-count cannot measure a sequence model: a count cuts its sequences short "
+                             "(measure it in windows: --measurement-interval, --max-trials)")
         decoupled = any(c.model_transaction_policy.decoupled for c in self.file_configs.values())
         if self.o.input_data is not None:
             args: tuple[str, ...] = ("--input-data", str(self.o.input_data))
@@ -296,7 +299,9 @@ class Analyzer:
                                  self.workload.batch_size, self.o.objective == objectives.PACED_STREAMS,
                                  self.o.paced_seconds, self.o.chunk_ms, str(self.o.audio), self.o.audio_limit,
                                  list(self.o.shape), str(self.o.input_data)],
-                    "perf": [self.perf.measurement_interval_ms, self.perf.max_trials]}
+                    # the request count only when set: checkpoints written before it existed still match
+                    "perf": [self.perf.measurement_interval_ms, self.perf.max_trials,
+                             *([self.perf.request_count] if self.perf.request_count else [])]}
         self.checkpoint = Checkpoint.open(self.o.checkpoint or self.export / "checkpoints" / "0.ckpt", identity)
         # The shipped configs as the server completes them: a knob's shipped value is what the model runs with.
         self._ensure_loaded(SHIPPED)

@@ -265,3 +265,22 @@ printf 'Concurrency,Inferences/Second,p50 latency,p90 latency,p95 latency,p99 la
     broken.write_text("#!/usr/bin/env bash\necho 'connection refused'; exit 1\n")
     broken.chmod(0o755)
     assert "connection refused" in perf.warm_up(perf.PerfSettings(Path(broken)), "127.0.0.1:1", "m", workload)
+
+
+def test_a_request_count_is_refused_below_the_load_and_for_sequence_models(tmp_path):
+    from pathlib import Path
+
+    from asr_server.analyzer.options import AnalyzerOptions
+    from asr_server.analyzer.run import Analyzer
+    from tests.helpers.sequence_models import accumulator
+
+    counted = perf.PerfSettings(Path("perf_analyzer"), request_count=100)
+    with pytest.raises(ValueError, match="less than the largest concurrency"):
+        AnalyzerOptions(model="m", export_path=tmp_path, repository=tmp_path, concurrency=(4, 128), perf=counted)
+    repo = tmp_path / "repo"
+    accumulator(repo)
+    analyzer = Analyzer(AnalyzerOptions(model="accumulator", export_path=tmp_path / "out", repository=repo,
+                                        concurrency=(4,), perf=counted))
+    analyzer._plan()
+    with pytest.raises(ValueError, match="cannot measure a sequence model"):
+        analyzer._workload()
