@@ -1,5 +1,6 @@
 """The generator's record of finished utterances: an append-only JSON-lines manifest, one line per
-utterance written after its audio file is in place, and its export to Kaldi-style split dirs.
+utterance written after its audio file is in place, and its export to Kaldi-style split dirs. A line relabelled
+later (the games' lines, when the label rules change) is appended again: the last row of an utterance wins.
 
 A crash can leave at most a partial last line; `Manifest` drops it on open, so a restart redoes that one
 utterance (its seed makes it identical) and skips every other finished one.

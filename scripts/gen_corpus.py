@@ -7,7 +7,8 @@
     /work/asr_data/tts-venv/bin/python scripts/gen_corpus.py freeze      # ROOT/train_v2, the training data
 
 Writes under ROOT (default /work/asr_data, outside the checkout):
-    ROOT/manifest.jsonl                 one line per finished utterance (append-only; the truth)
+    ROOT/manifest.jsonl                 one line per finished utterance (append-only; the truth; in the games'
+                                        manifests a relabelled line is appended again and its last row wins)
     ROOT/wavs/<split>/<nnn>/<utt>.flac  16 kHz mono 16-bit
     ROOT/<split>/{wav.scp,text,utt2spk,utt2dur}   Kaldi-style, exported from the manifest
     ROOT/text/                           text pools, built once and then frozen
@@ -244,7 +245,7 @@ def status(args) -> int:
             cell[1] += r["dur"] / 3600
         for (split, spk), (n, h) in sorted(per_voice.items()):
             print(f"  {split:20s} {spk:28s} {n:6d} utts {h:6.2f} h")
-    fotaq_rows = list(read_rows(root / "fotaq" / "manifest.jsonl"))
+    fotaq_rows = latest_rows(root / "fotaq" / "manifest.jsonl")
     for split, cells in sorted(summary(fotaq_rows).items()):
         print(f"{split:20s} {cells['all'][0]:6d} utts  {cells['all'][1]:7.2f} h   (real speech, {root}/fotaq)")
     print(f"failures: {failures}")
@@ -254,25 +255,42 @@ def status(args) -> int:
 FOTAQ_TEST_SPEAKERS = 8  # other-person voices of whole dialogues held out as real-speech test data
 
 
-def write_real_clips(root: Path, source: str, lines, load_audio) -> tuple[dict, int, int]:
-    """Voiced game lines as 16 kHz FLAC under ROOT/wavs/ with their manifest rows, resumable like `run`.
-    ``lines``: (split, utt, clip name, subtitle text, speaker, folder under wavs/); ``load_audio(clip name)``
-    -> (samples, rate). A line made before whose label the rules now write differently (asr_data/normalise.py
-    changed) is appended again with the new label: the manifest's last row of an utterance is its truth.
-    Returns (the split counts exported, lines made now, lines not normalisable)."""
+def relabel_game_lines(root: Path, source: str) -> int:
+    """Give every game line made before the label rules changed (asr_data/normalise.py) the label they write
+    now, from its own subtitle (`speak`): a row appended with the new label (the manifest's last row of an
+    utterance is its truth; no game files or audio are needed). Returns how many lines changed."""
     from asr_data.normalise import normalise
 
     manifest = Manifest(root / "manifest.jsonl")
-    skipped = made = relabelled = 0
+    changed = 0
+    for row in list(manifest.rows.values()):
+        pair = normalise(row["speak"], allow_caps=True)
+        if pair is not None and pair[1] != row["label"]:
+            manifest.append(dict(row, label=pair[1]))
+            changed += 1
+    if changed:
+        export_kaldi(manifest.rows.values(), root)
+        print(f"{source}: {changed} lines relabelled by the current label rules", flush=True)
+    manifest.close()
+    return changed
+
+
+def write_real_clips(root: Path, source: str, lines, load_audio) -> tuple[dict, int, int]:
+    """Voiced game lines as 16 kHz FLAC under ROOT/wavs/ with their manifest rows, resumable like `run`.
+    ``lines``: (split, utt, clip name, subtitle text, speaker, folder under wavs/); ``load_audio(clip name)``
+    -> (samples, rate). Lines made before under older label rules are relabelled first (`relabel_game_lines`).
+    Returns (the split counts exported, lines made now, lines not normalisable)."""
+    from asr_data.normalise import normalise
+
+    relabel_game_lines(root, source)
+    manifest = Manifest(root / "manifest.jsonl")
+    skipped = made = 0
     for split, utt, name, text, speaker, folder in lines:
         pair = normalise(text, allow_caps=True)
         if pair is None:
             skipped += 1
             continue
         if utt in manifest:
-            if manifest.rows[utt]["label"] != pair[1]:
-                manifest.append(dict(manifest.rows[utt], label=pair[1]))
-                relabelled += 1
             continue
         audio, sr = load_audio(name)
         audio = np.clip(augment.to_16k(audio, sr), -1.0, 1.0)
@@ -285,8 +303,6 @@ def write_real_clips(root: Path, source: str, lines, load_audio) -> tuple[dict, 
         made += 1
     counts = export_kaldi(manifest.rows.values(), root)
     manifest.close()
-    if relabelled:
-        print(f"{source}: {relabelled} lines relabelled by the current label rules", flush=True)
     return counts, made, skipped
 
 
@@ -387,6 +403,7 @@ def uqm_run(args) -> int:
         sys.exit(f"{uqm.VOICE_PACK} missing: bash scripts/get_uqm.sh")
     out = args.root / "uqm"
     if (out / "complete").exists() and (out / "uqm_train" / "text").exists():
+        relabel_game_lines(out, "uqm")
         print(f"uqm: already in {out}")
         return 0
     current: dict = {}  # the entry being cut: write_real_clips asks for each line's audio right after its line
@@ -610,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         return bench(args)
     if args.command == "export":
-        counts = export_kaldi(read_rows(args.root / "manifest.jsonl"), args.root)
+        counts = export_kaldi(latest_rows(args.root / "manifest.jsonl"), args.root)
         print(counts)
         return 0
     return status(args)

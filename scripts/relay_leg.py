@@ -34,7 +34,7 @@ import soundfile as sf
 import soxr
 
 from asr_data import clip_check
-from asr_data.manifest import leg_name
+from asr_data.manifest import latest_rows, leg_name
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
@@ -87,7 +87,7 @@ def make_data(leg: int, minutes: float, seed: int, with_uqm: bool) -> Path:
     train = ROOT / "legs" / leg_name(leg, with_uqm) / "train"
     if (train / "text").exists():
         print(f"leg {leg}'s data is already in {train}: reused", flush=True)
-        leave_out_dropped(train)  # made before the latest clip verdicts, perhaps
+        refresh_game_lines(train)  # made before the latest clip verdicts and label rules, perhaps
         return train
     tts = ROOT / "tts-venv" / "bin" / "python"
     run([tts, "scripts/gen_corpus.py", "fotaq"])
@@ -117,15 +117,27 @@ def check_licence(data: Path, with_uqm: bool) -> None:
                  "licence-clean: remove that folder and make the leg's data again")
 
 
-def leave_out_dropped(folder: Path) -> None:
-    """Rewrite a Kaldi folder without the game lines that the Whisper check found mismatched."""
-    drops = clip_check.dropped()
-    tables = {name: (folder / name).read_text().splitlines() for name in KALDI_FILES}
-    kept = {name: [line for line in lines if line.split(maxsplit=1)[0] not in drops] for name, lines in tables.items()}
+def current_game_labels() -> dict[str, str]:
+    """{utt: label} of the games' lines as their manifests hold them now (a line relabelled when the label
+    rules changed: its last row)."""
+    return {row["utt"]: row["label"] for source in ("fotaq", "drascula", "bass", "uqm")
+            for row in latest_rows(ROOT / source / "manifest.jsonl")}
+
+
+def refresh_game_lines(folder: Path) -> None:
+    """Rewrite a Kaldi folder made earlier without the game lines that the Whisper check found mismatched and
+    with the games' current labels."""
+    drops, labels = clip_check.dropped(), current_game_labels()
+    tables = {name: dict(line.split(maxsplit=1) for line in (folder / name).read_text().splitlines())
+              for name in KALDI_FILES}
+    kept = {name: {utt: value for utt, value in table.items() if utt not in drops} for name, table in tables.items()}
+    kept["text"] = {utt: labels.get(utt, text) for utt, text in kept["text"].items()}
     if kept != tables:
-        for name, lines in kept.items():
-            (folder / name).write_text("".join(f"{line}\n" for line in lines))
-        print(f"{folder}: left out {len(tables['text']) - len(kept['text'])} mismatched game lines", flush=True)
+        for name, table in kept.items():
+            (folder / name).write_text("".join(f"{utt} {value}\n" for utt, value in table.items()))
+        relabelled = sum(tables["text"][utt] != text for utt, text in kept["text"].items())
+        print(f"{folder}: left out {len(tables['text']) - len(kept['text'])} mismatched game lines, "
+              f"relabelled {relabelled}", flush=True)
 
 
 def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
@@ -136,10 +148,10 @@ def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
     REAL_SPEECH) is then repeated until it is at least half of the utterances, as in a leg's own split, so that
     the extra synthetic variety does not dilute it. A non-commercial leg (with_uqm) takes both kinds of earlier
     folders, a licence-clean one only clean ones (asr_data.manifest.leg_name). Game lines that the Whisper check
-    found mismatched (asr_data/clip_check.py) are left out, whichever leg's folder lists them. Written to
-    <leg>/train_all."""
+    found mismatched (asr_data/clip_check.py) are left out, whichever leg's folder lists them, and the others
+    take their current labels. Written to <leg>/train_all."""
     rows: dict[str, dict[str, str]] = {}
-    drops = clip_check.dropped()
+    drops, labels = clip_check.dropped(), current_game_labels()
     folders = [ROOT / "legs" / leg_name(n, kind) / "train" for n in [leg, *range(leg - 1, 0, -1)]
                for kind in ((True, False) if with_uqm else (False,))]
     for folder in folders:
@@ -152,6 +164,7 @@ def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
             if utt in rows or utt in drops or not Path(path).exists():
                 continue
             rows[utt] = {name: table[utt] for name, table in tables.items()}
+            rows[utt]["text"] = labels.get(utt, rows[utt]["text"])  # a game line relabelled since
             kept += 1
         print(f"{folder.parent.name}'s split: {kept} utterances taken", flush=True)
     real = sorted(utt for utt in rows if utt.startswith(REAL_SPEECH))

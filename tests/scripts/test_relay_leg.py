@@ -105,12 +105,19 @@ def test_a_leg_leaves_out_the_game_lines_whisper_found_mismatched(tmp_path, monk
                                                   ("fotaq_train_2", tmp_path / "g2.wav", "a wrongly paired line")])
     out = relay.with_earlier_legs(1, with_uqm=False)
     assert (out / "text").read_text().splitlines() == ["fotaq_train_1 a game line", "syn_1 one"]
-    # a leg's own folder, made before the verdict, is rewritten without the line when it is reused
+    # a leg's own folder, made before the verdict and a change of label rules, is rewritten when it is reused:
+    # without the dropped line, with the game's current label (the manifest's last row)
+    (tmp_path / "fotaq").mkdir()
+    (tmp_path / "fotaq" / "manifest.jsonl").write_text("".join(json.dumps({"utt": "fotaq_train_1", "label": label})
+                                                               + "\n" for label in ("a game line", "a new label")))
     monkeypatch.setattr(relay, "run", lambda cmd, **kw: pytest.fail(f"nothing is made again: {cmd}"))
     assert relay.make_data(1, 5.0, 2026, False) == tmp_path / "legs" / "leg1" / "train"
     for name in ("text", "wav.scp", "utt2spk", "utt2dur"):
         assert [line.split()[0] for line in (tmp_path / "legs" / "leg1" / "train" / name).read_text().splitlines()
                 ] == ["syn_1", "fotaq_train_1"], name
+    assert (tmp_path / "legs" / "leg1" / "train" / "text").read_text().splitlines()[1] == "fotaq_train_1 a new label"
+    out = relay.with_earlier_legs(1, with_uqm=False)  # earlier legs' folders take the current label too
+    assert "fotaq_train_1 a new label" in (out / "text").read_text().splitlines()
 
 
 def test_the_licence_clean_state_refuses_the_non_commercial_data(tmp_path, monkeypatch):
