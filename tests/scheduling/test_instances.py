@@ -14,7 +14,13 @@ from asr_server.scheduling.instances import Instance, InstanceThread
 
 
 def os_thread_names() -> set[str]:
-    return {(task / "comm").read_text().strip() for task in Path("/proc/self/task").iterdir()}
+    names = set()
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            names.add((task / "comm").read_text().strip())
+        except OSError:  # a thread that ended between listing and reading
+            continue
+    return names
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names are read from /proc (Linux)")

@@ -6,6 +6,7 @@ Uses the bundled model (models/demo_en) and its graphs, exported at set-up (scri
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -93,9 +94,22 @@ async def test_built_repository_serves_both_pipelines_where_built_moved_and_copi
 
 
 def child_pids() -> set[int]:
-    """This process's live child processes (Linux /proc)."""
-    return {int(pid) for task in Path("/proc/self/task").iterdir()
-            for pid in (task / "children").read_text().split()}
+    """This process's live child processes (Linux /proc).
+
+    Each process's own status names its parent: unlike a thread's children file, which vanishes when the thread
+    ends between listing and reading, this does not depend on which of our threads started the child."""
+    me, children = os.getpid(), set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        ppid = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
+        if int(ppid) == me:
+            children.add(int(entry.name))
+    return children
 
 
 async def test_instance_process_runs_each_streaming_scorer_instance_in_its_own_process(tmp_path, running):
