@@ -255,13 +255,12 @@ def status(args) -> int:
 FOTAQ_TEST_SPEAKERS = 8  # other-person voices of whole dialogues held out as real-speech test data
 
 
-def relabel_game_lines(root: Path, source: str) -> int:
+def relabel_game_lines(manifest: Manifest, root: Path, source: str) -> int:
     """Give every game line made before the label rules changed (asr_data/normalise.py) the label they write
     now, from its own subtitle (`speak`): a row appended with the new label (the manifest's last row of an
     utterance is its truth; no game files or audio are needed). Returns how many lines changed."""
     from asr_data.normalise import normalise
 
-    manifest = Manifest(root / "manifest.jsonl")
     changed = 0
     for row in list(manifest.rows.values()):
         pair = normalise(row["speak"], allow_caps=True)
@@ -271,7 +270,6 @@ def relabel_game_lines(root: Path, source: str) -> int:
     if changed:
         export_kaldi(manifest.rows.values(), root)
         print(f"{source}: {changed} lines relabelled by the current label rules", flush=True)
-    manifest.close()
     return changed
 
 
@@ -282,8 +280,8 @@ def write_real_clips(root: Path, source: str, lines, load_audio) -> tuple[dict, 
     Returns (the split counts exported, lines made now, lines not normalisable)."""
     from asr_data.normalise import normalise
 
-    relabel_game_lines(root, source)
     manifest = Manifest(root / "manifest.jsonl")
+    relabel_game_lines(manifest, root, source)
     skipped = made = 0
     for split, utt, name, text, speaker, folder in lines:
         pair = normalise(text, allow_caps=True)
@@ -403,7 +401,9 @@ def uqm_run(args) -> int:
         sys.exit(f"{uqm.VOICE_PACK} missing: bash scripts/get_uqm.sh")
     out = args.root / "uqm"
     if (out / "complete").exists() and (out / "uqm_train" / "text").exists():
-        relabel_game_lines(out, "uqm")
+        manifest = Manifest(out / "manifest.jsonl")
+        relabel_game_lines(manifest, out, "uqm")
+        manifest.close()
         print(f"uqm: already in {out}")
         return 0
     current: dict = {}  # the entry being cut: write_real_clips asks for each line's audio right after its line

@@ -124,14 +124,33 @@ def current_game_labels() -> dict[str, str]:
             for row in latest_rows(ROOT / source / "manifest.jsonl")}
 
 
+def read_split(folder: Path) -> dict[str, dict[str, str]]:
+    """A Kaldi training folder's tables: {file name: {utt: value}} for each of KALDI_FILES."""
+    return {name: dict(line.split(maxsplit=1) for line in (folder / name).read_text().splitlines())
+            for name in KALDI_FILES}
+
+
+class GameLineRules:
+    """Which game lines a leg trains on, and with which label: the Whisper check's mismatched lines are left
+    out (asr_data/clip_check.py) and the others take their current label (asr_data/normalise.py's rules, as
+    their manifests hold them now). Synthetic utterances pass unchanged."""
+
+    def __init__(self) -> None:
+        self.drops, self.labels = clip_check.dropped(), current_game_labels()
+
+    def kept(self, utt: str) -> bool:
+        return utt not in self.drops
+
+    def label(self, utt: str, text: str) -> str:
+        return self.labels.get(utt, text)
+
+
 def refresh_game_lines(folder: Path) -> None:
-    """Rewrite a Kaldi folder made earlier without the game lines that the Whisper check found mismatched and
-    with the games' current labels."""
-    drops, labels = clip_check.dropped(), current_game_labels()
-    tables = {name: dict(line.split(maxsplit=1) for line in (folder / name).read_text().splitlines())
-              for name in KALDI_FILES}
-    kept = {name: {utt: value for utt, value in table.items() if utt not in drops} for name, table in tables.items()}
-    kept["text"] = {utt: labels.get(utt, text) for utt, text in kept["text"].items()}
+    """Rewrite a Kaldi folder made earlier by GameLineRules: without the mismatched game lines, and with the
+    games' current labels."""
+    rules, tables = GameLineRules(), read_split(folder)
+    kept = {name: {utt: value for utt, value in table.items() if rules.kept(utt)} for name, table in tables.items()}
+    kept["text"] = {utt: rules.label(utt, text) for utt, text in kept["text"].items()}
     if kept != tables:
         for name, table in kept.items():
             (folder / name).write_text("".join(f"{utt} {value}\n" for utt, value in table.items()))
@@ -147,24 +166,22 @@ def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
     own index range) and the game's lines, in every leg, are taken once. The real speech (the games' lines,
     REAL_SPEECH) is then repeated until it is at least half of the utterances, as in a leg's own split, so that
     the extra synthetic variety does not dilute it. A non-commercial leg (with_uqm) takes both kinds of earlier
-    folders, a licence-clean one only clean ones (asr_data.manifest.leg_name). Game lines that the Whisper check
-    found mismatched (asr_data/clip_check.py) are left out, whichever leg's folder lists them, and the others
-    take their current labels. Written to <leg>/train_all."""
+    folders, a licence-clean one only clean ones (asr_data.manifest.leg_name). Game lines go through
+    GameLineRules, whichever leg's folder lists them. Written to <leg>/train_all."""
     rows: dict[str, dict[str, str]] = {}
-    drops, labels = clip_check.dropped(), current_game_labels()
+    rules = GameLineRules()
     folders = [ROOT / "legs" / leg_name(n, kind) / "train" for n in [leg, *range(leg - 1, 0, -1)]
                for kind in ((True, False) if with_uqm else (False,))]
     for folder in folders:
         if not (folder / "text").exists():
             continue
-        tables = {name: dict(line.split(maxsplit=1) for line in (folder / name).read_text().splitlines())
-                  for name in KALDI_FILES}
+        tables = read_split(folder)
         kept = 0
         for utt, path in tables["wav.scp"].items():
-            if utt in rows or utt in drops or not Path(path).exists():
+            if utt in rows or not rules.kept(utt) or not Path(path).exists():
                 continue
             rows[utt] = {name: table[utt] for name, table in tables.items()}
-            rows[utt]["text"] = labels.get(utt, rows[utt]["text"])  # a game line relabelled since
+            rows[utt]["text"] = rules.label(utt, rows[utt]["text"])  # a game line relabelled since
             kept += 1
         print(f"{folder.parent.name}'s split: {kept} utterances taken", flush=True)
     real = sorted(utt for utt in rows if utt.startswith(REAL_SPEECH))
