@@ -23,6 +23,7 @@ process (threads: good for work that releases the lock, such as ONNX Runtime), a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -141,12 +142,16 @@ class SiblingState:
 
 # ---- the supervisor ---------------------------------------------------------------------------------------
 def resolve_ports(settings):
-    """Port 0 means "any free port": pick one now, so that every worker binds the same one."""
+    """Port 0 means "any free port": pick one now, so that every worker binds the same one. The probes stay
+    bound until all are picked, so the ports differ (gRPC and HTTP bind with SO_REUSEPORT: two equal ports
+    would be shared silently)."""
     changes = {}
-    for field, address in (("grpc_port", settings.grpc_address), ("http_port", settings.http_address),
-                           ("metrics_port", settings.metrics_address)):
-        if getattr(settings, field) == 0:
-            with socket.socket(socket.AF_INET6 if ":" in address.strip("[]") else socket.AF_INET) as probe:
+    with contextlib.ExitStack() as probes:
+        for field, address in (("grpc_port", settings.grpc_address), ("http_port", settings.http_address),
+                               ("metrics_port", settings.metrics_address)):
+            if getattr(settings, field) == 0:
+                family = socket.AF_INET6 if ":" in address.strip("[]") else socket.AF_INET
+                probe = probes.enter_context(socket.socket(family))
                 probe.bind((address.strip("[]"), 0))
                 changes[field] = probe.getsockname()[1]
     return dataclasses.replace(settings, **changes)
@@ -248,11 +253,13 @@ class Supervisor:
             loop.add_signal_handler(sig, stop.set)
         runner = None
         try:
+            # The public metrics port is bound before the workers start: each worker binds private ports of
+            # its own ("any free port"), and one of them must not take a port 0 picked above and not yet bound.
+            if self.settings.allow_metrics:
+                runner = await self._serve_metrics()
             for index in range(self.count):
                 self._spawn(index)
             await self._wait_ready()
-            if self.settings.allow_metrics:
-                runner = await self._serve_metrics()
             log.info("%d workers serving gRPC at %s:%d and HTTP at %s:%d (registry %s)", self.count,
                      self.settings.grpc_address, self.settings.grpc_port, self.settings.http_address,
                      self.settings.http_port, self.registry)

@@ -25,6 +25,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 START_TIMEOUT_S = 120.0  # python models import numpy/onnxruntime: start-up takes seconds on 2 busy cores
+START_ATTEMPTS = 3  # a free port picked here can be taken before the server binds it
 LOAD_TIMEOUT_S = 300.0  # gRPC deadline of one RepositoryModelLoad
 
 
@@ -122,6 +123,16 @@ class LocalServer:
             except OSError:
                 shutil.rmtree(repo / name, ignore_errors=True)
                 shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+        for _ in range(START_ATTEMPTS):
+            control = self._launch(repo)
+            if control is not None:
+                return control
+        raise RuntimeError(f"asr-server exited with {self.proc.returncode} at start"
+                           + (f" (log: {self.log_path})" if self.log_path else ""))
+
+    def _launch(self, repo: Path) -> ModelControl | None:
+        """The server on a free port, once it is live; None when it exited at start (the port picked here may
+        have been taken before the server bound it: the caller tries again on another)."""
         port = free_port()
         log = open(self.log_path or os.devnull, "ab")
         self.proc = subprocess.Popen(
@@ -134,8 +145,7 @@ class LocalServer:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"asr-server exited with {self.proc.returncode} at start"
-                                   + (f" (log: {self.log_path})" if self.log_path else ""))
+                return None
             with contextlib.suppress(Exception):
                 if control.client.is_server_live():
                     return control

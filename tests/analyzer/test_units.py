@@ -192,6 +192,27 @@ def test_local_server_leaves_nothing_behind_when_the_copy_fails(tmp_path, monkey
     assert list(tmp_path.iterdir()) == [], "the repository copy was not removed"
 
 
+def test_local_server_tries_another_port_when_its_port_was_taken(tmp_path, monkeypatch):
+    """The free port is picked before the server binds it: when something took it meanwhile, the server exits
+    at start and the analyzer starts it again on another port; a server that never starts is reported."""
+    import socket
+
+    from asr_server.analyzer import server as analyzer_server
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        picks = iter([taken.getsockname()[1], analyzer_server.free_port()])
+        monkeypatch.setattr(analyzer_server, "free_port", lambda: next(picks))
+        with analyzer_server.LocalServer(BUNDLED_REPO, ["identity_fp32"]) as control:
+            assert control.client.is_server_live()
+        monkeypatch.setattr(analyzer_server, "free_port", lambda: taken.getsockname()[1])
+        monkeypatch.setattr(analyzer_server, "START_ATTEMPTS", 1)
+        with pytest.raises(RuntimeError, match="exited with 1 at start"):
+            with analyzer_server.LocalServer(BUNDLED_REPO, ["identity_fp32"]):
+                pass
+
+
 def test_the_copied_repository_brings_the_folders_a_model_reads_graphs_from(tmp_path):
     """The bundled streaming scorers run the streaming_encoder's and decoder's graphs themselves (parameters
     encoder_onnx, decoder_onnx = "../<model>/1/<file>"): the analyzer's copy must hold those folders."""

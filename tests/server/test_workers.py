@@ -22,6 +22,7 @@ import pytest
 import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
+from asr_server.workers import read_entries
 from bench.soak import free_ports
 from tests.conftest import BUNDLED_REPO, ROOT, copy_model
 from tests.faults.conftest import ADD_SUB_SUM, add_sub
@@ -30,23 +31,34 @@ from tests.helpers.sequence_models import accumulator
 from tests.helpers.waiting import wait_until
 
 WORKERS = 2
+PORT_TAKEN = re.compile(r"already in use|could not bind", re.IGNORECASE)
 
 
 class Workers:
     def __init__(self, repo: Path, tmp_path: Path, *load: str, mode: tuple = ("--model-control-mode", "explicit")
                  ) -> None:
-        self.grpc, self.http, self.metrics = free_ports(3)
         self.log_path = tmp_path / "server.log"
         loads = [a for name in load for a in ("--load-model", name)]
-        self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "asr_server", "--model-repository", str(repo), "--workers", str(WORKERS),
-             "--grpc-address", "127.0.0.1", "--http-address", "127.0.0.1", "--metrics-address", "127.0.0.1",
-             "--grpc-port", str(self.grpc), "--http-port", str(self.http), "--metrics-port", str(self.metrics),
-             *mode, *loads, "--exit-timeout-secs", "2"],
-            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
-        self.url = f"127.0.0.1:{self.grpc}"
-        self.registry = self._wait_for(r"workers serving .* \(registry (\S+)\)", 120)
+        for attempt in range(3):
+            # Free ports are picked here and bound by the server later: another bind ("any free port", a
+            # worker's private ones among them) can take one in between. Then the server says so and exits,
+            # and new ports are picked.
+            self.grpc, self.http, self.metrics = free_ports(3)
+            self._log = open(self.log_path, "w")
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "asr_server", "--model-repository", str(repo), "--workers", str(WORKERS),
+                 "--grpc-address", "127.0.0.1", "--http-address", "127.0.0.1", "--metrics-address", "127.0.0.1",
+                 "--grpc-port", str(self.grpc), "--http-port", str(self.http), "--metrics-port", str(self.metrics),
+                 *mode, *loads, "--exit-timeout-secs", "2"],
+                cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+            self.url = f"127.0.0.1:{self.grpc}"
+            try:
+                self.registry = self._wait_for(r"workers serving .* \(registry (\S+)\)", 120)
+                return
+            except AssertionError:
+                if attempt == 2 or self.process.poll() is None or not PORT_TAKEN.search(self.log()):
+                    raise
+                self._log.close()
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -62,7 +74,8 @@ class Workers:
         raise AssertionError(f"no {pattern!r} in the log after {timeout_s} s:\n{self.log()}")
 
     def entries(self) -> list[dict]:
-        return [json.loads(p.read_text()) for p in sorted(Path(self.registry).glob("worker-*.json"))]
+        # the server's own reader: a restarted worker's file vanishes and comes back meanwhile
+        return read_entries(Path(self.registry))
 
     def metrics_text(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics", timeout=10) as response:
@@ -328,3 +341,32 @@ async def test_the_catch_up_leaves_alone_what_a_client_changed_after_the_worker_
         await server.manager.shutdown()
         for handle in handles:
             shm.destroy_shared_memory_region(handle)
+
+
+def test_ports_left_to_the_supervisor_are_picked_distinct(tmp_path, monkeypatch):
+    """gRPC and HTTP bind with SO_REUSEPORT under workers: two equal picks would share a port silently, so
+    each probe stays bound until all three are picked (the kernel then cannot hand out one port twice)."""
+    import socket
+
+    from asr_server import workers
+    from asr_server.settings import ServerSettings
+
+    bound, most = set(), [0]
+
+    class Probe(socket.socket):
+        def bind(self, address):
+            super().bind(address)
+            bound.add(self)
+            most[0] = max(most[0], len(bound))
+
+        def close(self):
+            bound.discard(self)
+            super().close()
+
+    monkeypatch.setattr(workers.socket, "socket", Probe)
+    settings = workers.resolve_ports(ServerSettings(model_repositories=(tmp_path,), grpc_address="127.0.0.1",
+                                                    http_address="127.0.0.1", metrics_address="127.0.0.1",
+                                                    grpc_port=0, http_port=0, metrics_port=0))
+    ports = (settings.grpc_port, settings.http_port, settings.metrics_port)
+    assert 0 not in ports and len(set(ports)) == 3
+    assert most[0] == 3 and not bound  # all three held at once, all released
