@@ -32,7 +32,11 @@ def thread_cpu(pid: int, prefix: str = "") -> collections.Counter:
     """CPU seconds of each thread of a process, summed by thread name (digits dropped); the threads of its
     child processes (model instances in processes of their own) count as "instance process <name>"."""
     out = collections.Counter()
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:  # a child process that ended meanwhile
+        return out
+    for task in tasks:
         try:
             stat = (task / "stat").read_text()
         except OSError:

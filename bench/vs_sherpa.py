@@ -104,13 +104,19 @@ def _stat(pid: int) -> list[str]:
 
 def child_pids(pid: int) -> list[int]:
     """The live child processes of a process (a server's model instances run in processes of their own with
-    instance_process): each of its threads lists the children it started."""
+    instance_process), found by the parent each process's status names: a thread's own `children` list
+    vanishes when that thread ends, and its children pass to another thread. Empty when the process is gone."""
     out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            out += [int(child) for child in (task / "children").read_text().split()]
+            status = (entry / "status").read_text()
         except OSError:
-            continue  # the thread ended meanwhile
+            continue  # it ended while we looked
+        parent = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), None)
+        if parent == str(pid):
+            out.append(int(entry.name))
     return out
 
 

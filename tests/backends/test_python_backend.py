@@ -357,7 +357,8 @@ def test_unload_calls_finalize_and_logs(tmp_path: Path, caplog: pytest.LogCaptur
     backend.load()
     with caplog.at_level("INFO", logger="asr_server.python_model"):
         backend.unload()
-    assert [r.getMessage() for r in caplog.records] == ["add_sub: finalize"]
+    # only the model's logger: a stray record of another logger or thread is not this test's business
+    assert [r.getMessage() for r in caplog.records if r.name == "asr_server.python_model"] == ["add_sub: finalize"]
 
 
 def test_missing_model_file_fails_load_with_clear_error(tmp_path: Path) -> None:

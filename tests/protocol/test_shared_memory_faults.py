@@ -45,19 +45,30 @@ def test_a_truncated_region_is_refused_not_read(region_key):
     registry.close()
 
 
+def descriptors_of(path: str) -> int:
+    """This process's open descriptors on `path` (only those: other threads open and close their own)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == path
+        except OSError:  # closed meanwhile
+            continue
+    return count
+
+
 def test_regions_are_capped_and_release_their_descriptors(region_key):
     path = os.path.join(SHM_ROOT, region_key[1:])
     with open(path, "wb") as fh:
         fh.write(bytes(64))
-    fds_before = len(os.listdir("/proc/self/fd"))
     registry = SharedMemoryRegistry(max_regions=3)
     for i in range(3):
         registry.register(f"r{i}", region_key, 0, 64)
+    assert descriptors_of(path) == 3
     with pytest.raises(ServerError) as info:
         registry.register("r3", region_key, 0, 64)
     assert info.value.code == ErrorCode.RESOURCE_EXHAUSTED
     registry.unregister()
-    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert descriptors_of(path) == 0
     registry.register("r3", region_key, 0, 64)
     registry.close()
 

@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_client.audio import load_audio
 from asr_client.streaming import StreamingClient, StreamOptions
+from bench.vs_sherpa import child_pids
 from tests.conftest import ROOT
 from tests.helpers.served import served_transcripts
 
@@ -93,23 +94,8 @@ async def test_built_repository_serves_both_pipelines_where_built_moved_and_copi
     assert await transcripts(running, copied) == (text, text)
 
 
-def child_pids() -> set[int]:
-    """This process's live child processes (Linux /proc).
-
-    Each process's own status names its parent: unlike a thread's children file, which vanishes when the thread
-    ends between listing and reading, this does not depend on which of our threads started the child."""
-    me, children = os.getpid(), set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:  # the process ended while we looked
-            continue
-        ppid = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
-        if int(ppid) == me:
-            children.add(int(entry.name))
-    return children
+def our_children() -> set[int]:
+    return set(child_pids(os.getpid()))
 
 
 async def test_instance_process_runs_each_streaming_scorer_instance_in_its_own_process(tmp_path, running):
@@ -119,13 +105,13 @@ async def test_instance_process_runs_each_streaming_scorer_instance_in_its_own_p
     for name in ("wenet", "streaming_wenet"):
         assert parameters(built / name)["instance_process"] == "1", name
     samples, text = reference()
-    before = child_pids()
+    before = our_children()
     async with running(built, allow_http=False) as server:
         # two instances of each of the two scorers, each in a process of its own
-        assert len(child_pids() - before) == 4
+        assert len(our_children() - before) == 4
         async with StreamingClient(f"127.0.0.1:{server.grpc_port}", StreamOptions(chunk_ms=640)) as streaming:
             assert (await streaming.transcribe(samples)).text == text
-    assert not child_pids() - before  # they ended with the server
+    assert not our_children() - before  # they ended with the server
     refused = build(tmp_path / "bls", "--instance-process", "--streaming-bls")
     assert refused.returncode != 0 and "cannot go with --streaming-bls" in refused.stderr
 
