@@ -22,19 +22,41 @@ def free_port() -> int:
 
 class Chromium:
     def __init__(self, chromium: str, driver: str, args: list[str]):
-        self.port = free_port()
-        self.proc = subprocess.Popen([driver, f"--port={self.port}"], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
-        self.base = f"http://127.0.0.1:{self.port}"
-        for _ in range(100):
-            try:
-                self._call("GET", "/status")
+        for attempt in range(3):  # the port picked here can be taken before chromedriver binds it
+            self.port = free_port()
+            self.proc = subprocess.Popen([driver, f"--port={self.port}"], stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+            self.base = f"http://127.0.0.1:{self.port}"
+            if self._wait_ready() or attempt == 2:
                 break
-            except OSError:
-                time.sleep(0.1)
+            self._stop_driver()
         caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome",
                                                  "goog:chromeOptions": {"binary": chromium, "args": args}}}}
-        self.session = self._call("POST", "/session", caps)["sessionId"]
+        try:
+            self.session = self._call("POST", "/session", caps)["sessionId"]
+        except BaseException:
+            self._stop_driver()  # no chromedriver left running when the browser cannot start
+            raise
+
+    def _wait_ready(self) -> bool:
+        """True once chromedriver answers; False when it exited (its port was taken) or never answered."""
+        for _ in range(100):
+            if self.proc.poll() is not None:
+                return False
+            try:
+                self._call("GET", "/status")
+                return True
+            except OSError:
+                time.sleep(0.1)
+        return False
+
+    def _stop_driver(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
     def _call(self, method: str, path: str, body: dict | None = None):
         data = json.dumps(body).encode() if body is not None else None
@@ -63,5 +85,4 @@ class Chromium:
         try:
             self._session("DELETE", "")
         finally:
-            self.proc.terminate()
-            self.proc.wait(10)
+            self._stop_driver()
