@@ -198,8 +198,10 @@ def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
 
 
 def band_limited_copy(src: Path, dst: Path, rate: int = 8000) -> Path:
-    """dst: the Kaldi split `src` with every wav passed through `rate` Hz and back to 16 kHz, 16-bit."""
+    """dst: the Kaldi split `src` with every wav passed through `rate` Hz and back to 16 kHz, 16-bit. A copy
+    made earlier keeps its audio and takes src's current references (labels change with the label rules)."""
     if (dst / "text").exists():
+        shutil.copyfile(src / "text", dst / "text")
         return dst
     (dst / "wavs").mkdir(parents=True, exist_ok=True)
     lines = []

@@ -4,6 +4,7 @@ decision, and the first leg's state (it continues the bundled model: same networ
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,6 +30,11 @@ def test_the_band_limited_copy_keeps_the_speech_band_and_drops_the_rest(tmp_path
     assert rate == 16000 and narrow.size == audio.size
     spectrum = np.abs(np.fft.rfft(narrow))
     assert spectrum[5000] < 1e-2 * spectrum[700]
+    # a later leg reuses the audio, with the references the label rules give now
+    (src / "text").write_text("u1 hello there no\n")
+    Path(path).write_bytes(b"kept")
+    assert relay.band_limited_copy(src, tmp_path / "split_8k") == out
+    assert (out / "text").read_text() == "u1 hello there no\n" and Path(path).read_bytes() == b"kept"
 
 
 def test_the_first_leg_continues_the_bundled_model():
