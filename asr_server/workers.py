@@ -157,6 +157,32 @@ def resolve_ports(settings):
     return dataclasses.replace(settings, **changes)
 
 
+def reserved_ports(settings) -> contextlib.ExitStack:
+    """Placeholders on the shared gRPC and HTTP ports while the workers start: bound with SO_REUSEPORT and not
+    listening, so each worker's listener joins them, but no other bind is handed these ports meanwhile (each
+    worker binds private ports of its own on "any free port", with SO_REUSEPORT too: one of them landing on a
+    shared port would silently take a share of its connections). Close it once the workers listen."""
+    held = contextlib.ExitStack()
+    try:
+        for enabled, address, port in ((settings.allow_grpc, settings.grpc_address, settings.grpc_port),
+                                       (settings.allow_http, settings.http_address, settings.http_port)):
+            if not enabled:
+                continue
+            host = address.strip("[]")
+            try:
+                family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+            except socket.gaierror:
+                continue  # the workers' own bind reports it
+            placeholder = held.enter_context(socket.socket(family, socket.SOCK_STREAM))
+            placeholder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            placeholder.bind((host, port))
+    except OSError as exc:
+        held.close()
+        raise ServerError(f"failed to start: Unavailable - Socket '{address}:{port}' already in use ({exc})"
+                          ) from None
+    return held
+
+
 def _worker_main(settings, index: int, registry: str) -> None:
     """A worker process: one server, its metrics on a private port (the supervisor serves the public one)."""
     from asr_server.cli import configure_logging
@@ -253,13 +279,14 @@ class Supervisor:
             loop.add_signal_handler(sig, stop.set)
         runner = None
         try:
-            # The public metrics port is bound before the workers start: each worker binds private ports of
-            # its own ("any free port"), and one of them must not take a port 0 picked above and not yet bound.
+            # The public ports are held before the workers start: each worker binds private ports of its own
+            # ("any free port"), and none of them may take a public one (reserved_ports).
             if self.settings.allow_metrics:
                 runner = await self._serve_metrics()
-            for index in range(self.count):
-                self._spawn(index)
-            await self._wait_ready()
+            with reserved_ports(self.settings):
+                for index in range(self.count):
+                    self._spawn(index)
+                await self._wait_ready()
             log.info("%d workers serving gRPC at %s:%d and HTTP at %s:%d (registry %s)", self.count,
                      self.settings.grpc_address, self.settings.grpc_port, self.settings.http_address,
                      self.settings.http_port, self.registry)

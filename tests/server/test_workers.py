@@ -31,7 +31,8 @@ from tests.helpers.sequence_models import accumulator
 from tests.helpers.waiting import wait_until
 
 WORKERS = 2
-PORT_TAKEN = re.compile(r"already in use|could not bind", re.IGNORECASE)
+# how a taken port ends a start: our check's words (Triton's), or gRPC core's bind failure
+PORT_TAKEN = re.compile(r"already in use|failed to bind", re.IGNORECASE)
 
 
 class Workers:
@@ -44,7 +45,9 @@ class Workers:
             # worker's private ones among them) can take one in between. Then the server says so and exits,
             # and new ports are picked.
             self.grpc, self.http, self.metrics = free_ports(3)
-            self._log = open(self.log_path, "w")
+            self._log = open(self.log_path, "a")  # an earlier try's lines stay, after its marker
+            self._log.write(f"---- start {attempt + 1} (ports {self.grpc}, {self.http}, {self.metrics})\n")
+            self._log.flush()
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "asr_server", "--model-repository", str(repo), "--workers", str(WORKERS),
                  "--grpc-address", "127.0.0.1", "--http-address", "127.0.0.1", "--metrics-address", "127.0.0.1",
@@ -56,12 +59,17 @@ class Workers:
                 self.registry = self._wait_for(r"workers serving .* \(registry (\S+)\)", 120)
                 return
             except AssertionError:
-                if attempt == 2 or self.process.poll() is None or not PORT_TAKEN.search(self.log()):
+                retry = attempt < 2 and self.process.poll() is not None and PORT_TAKEN.search(self.attempt_log())
+                self.stop()  # nothing left running or open, whether it is tried again or not
+                if not retry:
                     raise
-                self._log.close()
 
     def log(self) -> str:
         return self.log_path.read_text()
+
+    def attempt_log(self) -> str:
+        """The log since the last start."""
+        return self.log().rsplit("---- start ", 1)[-1]
 
     def _wait_for(self, pattern: str, timeout_s: float) -> str:
         deadline = time.monotonic() + timeout_s
@@ -370,3 +378,32 @@ def test_ports_left_to_the_supervisor_are_picked_distinct(tmp_path, monkeypatch)
     ports = (settings.grpc_port, settings.http_port, settings.metrics_port)
     assert 0 not in ports and len(set(ports)) == 3
     assert most[0] == 3 and not bound  # all three held at once, all released
+
+
+def test_shared_ports_are_held_while_the_workers_start(tmp_path):
+    """While held, the ports refuse any other bind, yet a worker's SO_REUSEPORT listener joins and accepts."""
+    import errno
+    import socket
+
+    from asr_server.settings import ServerSettings
+    from asr_server.workers import reserved_ports
+
+    grpc_port, http_port = free_ports(2)
+    settings = ServerSettings(model_repositories=(tmp_path,), grpc_address="127.0.0.1", http_address="127.0.0.1",
+                              grpc_port=grpc_port, http_port=http_port)
+    with reserved_ports(settings):
+        for port in (grpc_port, http_port):
+            with socket.socket() as other, pytest.raises(OSError) as refused:
+                other.bind(("127.0.0.1", port))
+            assert refused.value.errno == errno.EADDRINUSE
+            with socket.socket() as listener:  # as gRPC and aiohttp bind a worker's listener
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                listener.bind(("127.0.0.1", port))
+                listener.listen()
+                with socket.create_connection(("127.0.0.1", port), timeout=5):
+                    accepted, _ = listener.accept()
+                    accepted.close()
+    with socket.socket() as after:
+        after.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: past the test's TIME_WAIT
+        after.bind(("127.0.0.1", grpc_port))  # released
