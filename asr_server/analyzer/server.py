@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,14 +25,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 START_TIMEOUT_S = 120.0  # python models import numpy/onnxruntime: start-up takes seconds on 2 busy cores
-START_ATTEMPTS = 3  # a free port picked here can be taken before the server binds it
+GRPC_STARTED = re.compile(r"Started GRPCInferenceService at 127\.0\.0\.1:(\d+)")  # the server's own line
 LOAD_TIMEOUT_S = 300.0  # gRPC deadline of one RepositoryModelLoad
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:
@@ -123,35 +117,41 @@ class LocalServer:
             except OSError:
                 shutil.rmtree(repo / name, ignore_errors=True)
                 shutil.copytree(src, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
-        for _ in range(START_ATTEMPTS):
-            control = self._launch(repo)
-            if control is not None:
-                return control
-        raise RuntimeError(f"asr-server exited with {self.proc.returncode} at start"
-                           + (f" (log: {self.log_path})" if self.log_path else ""))
-
-    def _launch(self, repo: Path) -> ModelControl | None:
-        """The server on a free port, once it is live; None when it exited at start (the port picked here may
-        have been taken before the server bound it: the caller tries again on another)."""
-        port = free_port()
-        log = open(self.log_path or os.devnull, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "asr_server", "--model-repository", str(repo), "--model-control-mode", "explicit",
-             "--grpc-address", "127.0.0.1", "--grpc-port", str(port), "--allow-http", "false",
-             "--allow-metrics", "false", "--exit-timeout-secs", "5"],
-            stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        log.close()
-        control = ModelControl(f"127.0.0.1:{port}", pid=self.proc.pid)
+        # The server binds "any free port" itself and says which in its log: a port picked here and handed
+        # over could be taken by another bind in between.
+        log_file = self.log_path or self.workdir / "server.log"
+        log_file.touch()
+        start = log_file.stat().st_size  # an appended log may hold earlier servers' lines
+        with open(log_file, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "asr_server", "--model-repository", str(repo),
+                 "--model-control-mode", "explicit", "--grpc-address", "127.0.0.1", "--grpc-port", "0",
+                 "--allow-http", "false", "--allow-metrics", "false", "--exit-timeout-secs", "5"],
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if self.proc.poll() is not None:
-                return None
-            with contextlib.suppress(Exception):
-                if control.client.is_server_live():
-                    return control
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"asr-server did not come up within {START_TIMEOUT_S:.0f} s")
-            time.sleep(0.2)
+        control = None
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"asr-server exited with {self.proc.returncode} at start"
+                                       + (f" (log: {self.log_path})" if self.log_path else ""))
+                if control is None:
+                    with open(log_file, "rb") as log:
+                        log.seek(start)
+                        started = GRPC_STARTED.search(log.read().decode(errors="replace"))
+                    if started:
+                        control = ModelControl(f"127.0.0.1:{started.group(1)}", pid=self.proc.pid)
+                if control is not None:
+                    with contextlib.suppress(Exception):
+                        if control.client.is_server_live():
+                            return control
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"asr-server did not come up within {START_TIMEOUT_S:.0f} s")
+                time.sleep(0.2)
+        except BaseException:
+            if control is not None:
+                control.close()
+            raise
 
     def __exit__(self, *exc) -> None:
         self._cleanup()

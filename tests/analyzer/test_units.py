@@ -192,25 +192,24 @@ def test_local_server_leaves_nothing_behind_when_the_copy_fails(tmp_path, monkey
     assert list(tmp_path.iterdir()) == [], "the repository copy was not removed"
 
 
-def test_local_server_tries_another_port_when_its_port_was_taken(tmp_path, monkeypatch):
-    """The free port is picked before the server binds it: when something took it meanwhile, the server exits
-    at start and the analyzer starts it again on another port; a server that never starts is reported."""
-    import socket
+def test_local_servers_take_ports_of_their_own_and_a_failed_start_is_reported(tmp_path, monkeypatch):
+    """Each server binds a free port itself and the analyzer reads it from the server's log (a port picked by
+    the analyzer and handed over could be taken in between); a log that already holds an earlier server's
+    line is read from where this start began; a server that exits at start is reported with its code."""
+    import sys
 
-    from asr_server.analyzer import server as analyzer_server
+    from asr_server.analyzer.server import LocalServer
 
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        picks = iter([taken.getsockname()[1], analyzer_server.free_port()])
-        monkeypatch.setattr(analyzer_server, "free_port", lambda: next(picks))
-        with analyzer_server.LocalServer(BUNDLED_REPO, ["identity_fp32"]) as control:
-            assert control.client.is_server_live()
-        monkeypatch.setattr(analyzer_server, "free_port", lambda: taken.getsockname()[1])
-        monkeypatch.setattr(analyzer_server, "START_ATTEMPTS", 1)
-        with pytest.raises(RuntimeError, match="exited with 1 at start"):
-            with analyzer_server.LocalServer(BUNDLED_REPO, ["identity_fp32"]):
-                pass
+    log = tmp_path / "server.log"
+    log.write_text("Started GRPCInferenceService at 127.0.0.1:1\n")  # an earlier run's line: not this server
+    with LocalServer(BUNDLED_REPO, ["identity_fp32"], log_path=log) as first, \
+            LocalServer(BUNDLED_REPO, ["identity_fp32"]) as second:
+        assert first.url != second.url and not first.url.endswith(":1")
+        assert first.client.is_server_live() and second.client.is_server_live()
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(RuntimeError, match="exited with 1 at start"):
+        with LocalServer(BUNDLED_REPO, ["identity_fp32"]):
+            pass
 
 
 def test_the_copied_repository_brings_the_folders_a_model_reads_graphs_from(tmp_path):
