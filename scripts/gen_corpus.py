@@ -402,8 +402,10 @@ def uqm_run(args) -> int:
     out = args.root / "uqm"
     if (out / "complete").exists() and (out / "uqm_train" / "text").exists():
         manifest = Manifest(out / "manifest.jsonl")
-        relabel_game_lines(manifest, out, "uqm")
-        manifest.close()
+        try:
+            relabel_game_lines(manifest, out, "uqm")
+        finally:
+            manifest.close()
         print(f"uqm: already in {out}")
         return 0
     current: dict = {}  # the entry being cut: write_real_clips asks for each line's audio right after its line

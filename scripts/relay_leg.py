@@ -124,7 +124,7 @@ def current_game_labels() -> dict[str, str]:
             for row in latest_rows(ROOT / source / "manifest.jsonl")}
 
 
-def read_split(folder: Path) -> dict[str, dict[str, str]]:
+def read_kaldi_split(folder: Path) -> dict[str, dict[str, str]]:
     """A Kaldi training folder's tables: {file name: {utt: value}} for each of KALDI_FILES."""
     return {name: dict(line.split(maxsplit=1) for line in (folder / name).read_text().splitlines())
             for name in KALDI_FILES}
@@ -146,9 +146,9 @@ class GameLineRules:
 
 
 def refresh_game_lines(folder: Path) -> None:
-    """Rewrite a Kaldi folder made earlier by GameLineRules: without the mismatched game lines, and with the
-    games' current labels."""
-    rules, tables = GameLineRules(), read_split(folder)
+    """Apply GameLineRules to a Kaldi folder made earlier: rewrite it without the mismatched game lines, and
+    with the games' current labels."""
+    rules, tables = GameLineRules(), read_kaldi_split(folder)
     kept = {name: {utt: value for utt, value in table.items() if rules.kept(utt)} for name, table in tables.items()}
     kept["text"] = {utt: rules.label(utt, text) for utt, text in kept["text"].items()}
     if kept != tables:
@@ -175,7 +175,7 @@ def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
     for folder in folders:
         if not (folder / "text").exists():
             continue
-        tables = read_split(folder)
+        tables = read_kaldi_split(folder)
         kept = 0
         for utt, path in tables["wav.scp"].items():
             if utt in rows or not rules.kept(utt) or not Path(path).exists():
@@ -201,7 +201,8 @@ def band_limited_copy(src: Path, dst: Path, rate: int = 8000) -> Path:
     """dst: the Kaldi split `src` with every wav passed through `rate` Hz and back to 16 kHz, 16-bit. A copy
     made earlier keeps its audio and takes src's current references (labels change with the label rules)."""
     if (dst / "text").exists():
-        shutil.copyfile(src / "text", dst / "text")
+        if (src / "text").exists():
+            shutil.copyfile(src / "text", dst / "text")
         return dst
     (dst / "wavs").mkdir(parents=True, exist_ok=True)
     lines = []
