@@ -44,19 +44,21 @@ async def test_the_page_shows_the_final_transcript_of_the_microphone(running, tm
             try:
                 driver.get(f"http://127.0.0.1:{server.http_port}/")
                 driver.click("#start")
-                text = ""
-                for _ in range(300):  # up to 30 s
-                    text = driver.script("const p = document.querySelector('#finals p'); "
-                                         "return p ? p.dataset.text : '';")
-                    if text:
+                finals: list[str] = []
+                # Up to 30 s. Chromium loops the file, so each pass ends in a final of its own: on a loaded
+                # machine the capture's first moments can glitch, and a later pass still shows the page works.
+                for _ in range(300):
+                    finals = driver.script("return [...document.querySelectorAll('#finals p')]"
+                                           ".map(p => p.dataset.text);")
+                    if TEXT in finals:
                         break
                     time.sleep(0.1)
                 driver.click("#stop")
                 if os.environ.get("ASR_SCREENSHOT"):
                     driver.screenshot(os.environ["ASR_SCREENSHOT"])
-                return text
+                return finals
             finally:
                 driver.quit()
 
-        text = await asyncio.to_thread(drive)
-    assert text == TEXT
+        finals = await asyncio.to_thread(drive)
+    assert TEXT in finals, finals
