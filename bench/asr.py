@@ -138,7 +138,7 @@ def main() -> int:
                 exceeded = True
                 break
             best, count = count, count * 2
-        limit = "the next step up exceeded it" if exceeded else f"the most tried; raise --max-streams"
+        limit = "the next step up exceeded it" if exceeded else "the most tried; raise --max-streams"
         print(f"sustained: {best} paced real-time streams with p99 chunk latency under {P99_BUDGET_MS:.0f} ms "
               f"({limit})" if best else "no stream count stayed under the latency budget")
     return 0

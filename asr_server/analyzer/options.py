@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from asr_server.analyzer import objectives, perf
+from asr_server.analyzer import objectives
+from asr_server.analyzer.perf import PerfSettings
 from asr_server.analyzer.objectives import Constraints
 from asr_server.analyzer.search import Candidate
 
@@ -36,7 +37,7 @@ class AnalyzerOptions:
     shape: tuple[str, ...] = ()  # perf_analyzer --shape NAME:dims for variable-size inputs
     input_data: Optional[Path] = None  # a ready perf_analyzer --input-data file
     sequence_length: Optional[int] = None  # perf_analyzer --sequence-length without audio data
-    perf: Optional[perf.PerfSettings] = None
+    perf: Optional[PerfSettings] = None
     checkpoint: Optional[Path] = None
     # Rounds in which the shipped and the best config are measured again, alternately, after the search: on
     # shared cores one measurement can be off by 10-25 %, so the comparison quoted is the median of these.

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from asr_client.audio import SAMPLE_RATE
+from asr_client.audio import SAMPLE_RATE  # noqa: F401 - the frontends take it from here
 from asr_server.core import InferenceCore
 from asr_server.errors import ServerError
 from asr_server.messages import InferRequest, RequestedOutput, SequenceControl, Tensor

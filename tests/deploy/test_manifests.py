@@ -7,7 +7,6 @@ flags our own command accepts (it takes tritonserver's flags)."""
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
 import pytest
 import yaml

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc

@@ -15,7 +15,6 @@ from typing import Optional, Sequence
 
 import numpy as np
 import pytest
-import tritonclient.grpc.aio as aioclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
