@@ -404,12 +404,7 @@ class SherpaServer:
 
     def stop(self):
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc, 10)
 
 
 def sherpa_meta(sherpa_dir: Path) -> dict:

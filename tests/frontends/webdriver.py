@@ -11,6 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench._server import stop_process
+
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C key of an element reference
 
 
@@ -29,13 +31,13 @@ class Chromium:
             self.base = f"http://127.0.0.1:{self.port}"
             if self._wait_ready() or attempt == 2:
                 break
-            self._stop_driver()
+            stop_process(self.proc, 10)
         caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome",
                                                  "goog:chromeOptions": {"binary": chromium, "args": args}}}}
         try:
             self.session = self._call("POST", "/session", caps)["sessionId"]
         except BaseException:
-            self._stop_driver()  # no chromedriver left running when the browser cannot start
+            stop_process(self.proc, 10)  # no chromedriver left running when the browser cannot start
             raise
 
     def _wait_ready(self) -> bool:
@@ -49,14 +51,6 @@ class Chromium:
             except OSError:
                 time.sleep(0.1)
         return False
-
-    def _stop_driver(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
     def _call(self, method: str, path: str, body: dict | None = None):
         data = json.dumps(body).encode() if body is not None else None
@@ -85,4 +79,4 @@ class Chromium:
         try:
             self._session("DELETE", "")
         finally:
-            self._stop_driver()
+            stop_process(self.proc, 10)

@@ -23,6 +23,7 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
 from asr_server.workers import read_entries
+from bench._server import stop_process
 from bench.soak import free_ports
 from tests.conftest import BUNDLED_REPO, ROOT, copy_model
 from tests.faults.conftest import ADD_SUB_SUM, add_sub
@@ -91,12 +92,7 @@ class Workers:
 
     def stop(self) -> float:
         started = time.monotonic()
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, 30)
         self._log.close()
         return time.monotonic() - started
 
