@@ -22,6 +22,7 @@ from asr_server import gc_freeze, metrics, tls
 from asr_server.gpu import devices as gpu_devices
 from asr_server.core import CorePort, InferenceCore
 from asr_server.errors import ServerError
+from asr_server.listen_address import bind_target
 from asr_server.protocol import grpc_service, restrictions
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.repository.manager import ModelManager
@@ -132,11 +133,10 @@ class Server:
                                                 ("Metrics", s.allow_metrics, s.metrics_address, s.metrics_port)):
             if not enabled or port == 0:
                 continue
-            host = address.strip("[]")  # gRPC takes IPv6 as [::]
-            try:
-                family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-            except socket.gaierror:
+            target = bind_target(address, port)
+            if target is None:
                 continue  # a name the probe cannot resolve: the endpoint's own bind reports it
+            family, host = target
             with socket.socket(family, socket.SOCK_STREAM) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
                 try:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Optional
 
 from asr_server.errors import ErrorCode, ServerError
+from asr_server.listen_address import bind_target
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +150,13 @@ def resolve_ports(settings):
     with contextlib.ExitStack() as probes:
         for field, address in (("grpc_port", settings.grpc_address), ("http_port", settings.http_address),
                                ("metrics_port", settings.metrics_address)):
-            if getattr(settings, field) == 0:
-                family = socket.AF_INET6 if ":" in address.strip("[]") else socket.AF_INET
-                probe = probes.enter_context(socket.socket(family))
-                probe.bind((address.strip("[]"), 0))
+            if getattr(settings, field) != 0:
+                continue
+            target = bind_target(address, 0)
+            if target is not None:  # a name that does not resolve: the workers' bind reports it
+                family, host = target
+                probe = probes.enter_context(socket.socket(family, socket.SOCK_STREAM))
+                probe.bind((host, 0))
                 changes[field] = probe.getsockname()[1]
     return dataclasses.replace(settings, **changes)
 
@@ -168,11 +172,10 @@ def reserved_ports(settings) -> contextlib.ExitStack:
                                        (settings.allow_http, settings.http_address, settings.http_port)):
             if not enabled:
                 continue
-            host = address.strip("[]")
-            try:
-                family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-            except socket.gaierror:
+            target = bind_target(address, port)
+            if target is None:
                 continue  # the workers' own bind reports it
+            family, host = target
             placeholder = held.enter_context(socket.socket(family, socket.SOCK_STREAM))
             placeholder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             placeholder.bind((host, port))
