@@ -118,14 +118,17 @@ async def on_each_worker(workers: Workers, call):
 def connection_was_cut(error: Exception) -> bool:
     """Whether a stream ended because its connection died, as gRPC reports it.
 
-    A killed peer surfaces as UNAVAILABLE when the reset is seen while reading, or as gRPC core's own INTERNAL
-    ("Internal error from Core": sending the next message failed) when it is seen while writing; a server never
-    sends that message, so neither can be an answer from the restarted worker's sibling.
+    A killed peer surfaces as UNAVAILABLE when the reset is seen while reading, as gRPC core's own INTERNAL
+    ("Internal error from Core": sending the next message failed) when it is seen while writing, or as its
+    UNKNOWN "Stream removed"; a server never sends those two messages. An answer from the dead worker's sibling
+    would come inside the stream instead (an InferenceServerException, not an AioRpcError).
     """
     if not isinstance(error, grpc.aio.AioRpcError):
         return False
+    details = (error.details() or "").lower()
     return error.code() is grpc.StatusCode.UNAVAILABLE or (
-        error.code() is grpc.StatusCode.INTERNAL and "error from core" in (error.details() or "").lower())
+        error.code() is grpc.StatusCode.INTERNAL and "error from core" in details) or (
+        error.code() is grpc.StatusCode.UNKNOWN and "stream removed" in details)
 
 
 async def test_every_worker_serves_and_model_control_reaches_them_all(repo, tmp_path):
