@@ -263,9 +263,22 @@ def train(state: dict, leg: int, data: Path, minutes: float, state_dir: Path) ->
             "--rewarm-steps", sch["rewarm_steps"]]
     if has_bf16():
         cmd.append("--bf16")
+    average_last = sch.get("average_last", 0)
+    if average_last:
+        cmd += ["--keep-snapshots", average_last]
     run(cmd)
     run([*cmd, "--finalize", "--fp16-weights"])
+    if average_last:
+        average_snapshots(exp, average_last)
     return exp
+
+
+def average_snapshots(exp: Path, count: int) -> None:
+    """EXP/final's weights become the average of the leg's last COUNT snapshots (saved every 5 minutes), as
+    WeNet's recipes decode: the next leg continues from that average too."""
+    snapshots = sorted((exp / "snapshots").glob("step_*.pt"))[-count:]
+    if snapshots:
+        run([PY, "scripts/average_checkpoints.py", "--model-dir", exp / "final", *snapshots, "--fp16-weights"])
 
 
 def record_leg(state_dir: Path, state: dict, leg: int, model_dir: Path, steps: int, minutes: float,

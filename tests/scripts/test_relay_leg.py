@@ -168,3 +168,42 @@ def test_a_card_without_the_markers_is_left_alone(tmp_path):
     (tmp_path / "MODEL_CARD.md").write_text("# card\nno table here\n")
     relay.write_card_table(tmp_path)
     assert (tmp_path / "MODEL_CARD.md").read_text() == "# card\nno table here\n"
+
+
+def test_a_leg_with_average_last_keeps_snapshots_and_averages_the_last_ones(tmp_path, monkeypatch):
+    relay = load_script("relay_leg")
+    monkeypatch.setattr(relay, "ROOT", tmp_path)
+    monkeypatch.setattr(relay, "has_bf16", lambda: False)
+    commands = []
+
+    def fake_run(cmd, **kw):
+        commands.append([str(c) for c in cmd])
+        if "--finalize" in cmd:  # the training run has left its snapshots by then
+            snapshots = tmp_path / "exp" / "leg3" / "snapshots"
+            snapshots.mkdir(parents=True)
+            for step in (900, 1000, 1100, 80):
+                (snapshots / f"step_{step:07d}.pt").touch()
+
+    monkeypatch.setattr(relay, "run", fake_run)
+    state = json.loads(json.dumps(relay.FIRST_STATE))
+    state.update(leg=2)
+    state["schedule"]["average_last"] = 3
+    relay.train(state, 3, tmp_path / "data", 10.0, tmp_path / "state")
+    training, finalize, averaging = commands
+    assert training[training.index("--keep-snapshots") + 1] == "3" and "--finalize" not in training
+    assert finalize == [*training, "--finalize", "--fp16-weights"]
+    assert averaging[1].endswith("scripts/average_checkpoints.py")
+    snapshots = tmp_path / "exp" / "leg3" / "snapshots"
+    assert averaging[2:] == ["--model-dir", str(tmp_path / "exp" / "leg3" / "final"),
+                             *(str(snapshots / f"step_{s:07d}.pt") for s in (900, 1000, 1100)), "--fp16-weights"]
+
+
+def test_a_leg_without_average_last_trains_as_before(tmp_path, monkeypatch):
+    relay = load_script("relay_leg")
+    monkeypatch.setattr(relay, "ROOT", tmp_path)
+    commands = []
+    monkeypatch.setattr(relay, "run", lambda cmd, **kw: commands.append([str(c) for c in cmd]))
+    state = json.loads(json.dumps(relay.FIRST_STATE))
+    state.update(leg=2)
+    relay.train(state, 3, tmp_path / "data", 10.0, tmp_path / "state")
+    assert len(commands) == 2 and "--keep-snapshots" not in commands[0]
