@@ -14,7 +14,6 @@ import contextlib
 import logging
 import multiprocessing as mp
 import struct
-import subprocess
 from pathlib import Path
 from typing import Iterator
 
@@ -36,17 +35,6 @@ def server_process(target, *args, timeout_s: float = 120.0) -> Iterator[tuple[mp
         if proc.is_alive():
             proc.kill()
             proc.join()
-
-
-def stop_process(process: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    """Stop a server started as a command (`python -m asr_server ...`): SIGTERM, so that it drains (a supervisor
-    drains its workers), then SIGKILL if it is still there after ``timeout_s``."""
-    process.terminate()
-    try:
-        process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def serve_echo(port_queue) -> None:

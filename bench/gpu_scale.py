@@ -46,7 +46,7 @@ def build_repository(work: Path, device: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench._server import stop_process
+    from asr_server.child_process import stop_process
     from bench.workers import largest_held, start_server
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

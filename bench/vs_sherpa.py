@@ -51,7 +51,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench._server import serve_repository, server_process, stop_process
+from asr_server.child_process import stop_process
+from bench._server import serve_repository, server_process
 
 P99_BUDGET_MS = 300.0
 SAMPLE_RATE = 16000

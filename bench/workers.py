@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench._server import stop_process
+from asr_server.child_process import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 CHUNK_MS = 640.0

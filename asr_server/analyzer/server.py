@@ -24,6 +24,8 @@ from typing import Optional
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from asr_server.child_process import stop_process
+
 START_TIMEOUT_S = 120.0  # python models import numpy/onnxruntime: start-up takes seconds on 2 busy cores
 GRPC_STARTED = re.compile(r"Started GRPCInferenceService at 127\.0\.0\.1:(\d+)")  # the server's own line
 LOAD_TIMEOUT_S = 300.0  # gRPC deadline of one RepositoryModelLoad
@@ -157,13 +159,8 @@ class LocalServer:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, 15)
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None

@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench._server import stop_process
+from asr_server.child_process import stop_process
 
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C key of an element reference
 

@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server.analyzer.perf import BUNDLED_BINARY
-from bench._server import stop_process
+from asr_server.child_process import stop_process
 from bench.stream_overhead import no_op_repository
 from bench.workers import load_perf_analyzer, perf_analyzer_input, start_server, transcripts_only
 

@@ -23,7 +23,7 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
 from asr_server.workers import read_entries
-from bench._server import stop_process
+from asr_server.child_process import stop_process
 from bench.soak import free_ports
 from tests.conftest import BUNDLED_REPO, ROOT, copy_model
 from tests.faults.conftest import ADD_SUB_SUM, add_sub
