@@ -25,6 +25,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from bench._latency import percentile_ms
 from bench._server import serve_repository, server_process
 from bench.offline_floor import offline_floor
 from bench.vs_sherpa import cpu_seconds
@@ -43,10 +44,6 @@ def load_data(folder: Path) -> list[tuple[str, np.ndarray, str]]:
         utt, path = line.split(maxsplit=1)
         items.append((utt, load_audio(folder / path).samples, texts.get(utt, "")))
     return items
-
-
-def percentile_ms(values: list[float], q: float) -> float:
-    return 1e3 * float(np.percentile(values, q)) if values else float("nan")
 
 
 async def offline(url: str, items, concurrency: int) -> dict:

@@ -33,6 +33,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from bench._latency import latency_summary
 from bench._server import serve_repository, server_process
 
 FEATURES = 256  # input and output width
@@ -139,11 +140,8 @@ async def measure(port: int, model: str, concurrency: int, seconds: float, warmu
     elapsed = loop.time() - measure_from  # includes the requests in flight at `end`
     stats = (await client.get_inference_statistics(model, as_json=True))["model_stats"][0]
     await client.close()
-    latencies.sort()
     return {
-        "rps": len(latencies) / elapsed,
-        "p50_ms": 1e3 * latencies[len(latencies) // 2],
-        "p99_ms": 1e3 * latencies[int(0.99 * (len(latencies) - 1))],
+        **latency_summary(latencies, elapsed),
         "inferences": int(stats.get("inference_count", 0)),
         "executions": int(stats.get("execution_count", 0)),
         "queue_ns": int(stats["inference_stats"]["queue"].get("ns", 0)),

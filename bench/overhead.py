@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from bench._latency import latency_summary
 from bench._server import serve_echo, serve_repository, server_process
 
 CONFIG = """
@@ -57,15 +57,6 @@ def timed_block(client, inp, requests: int) -> tuple[list[float], float]:
     return latencies, time.perf_counter() - start
 
 
-def summarise(latencies: list[float], elapsed: float) -> dict:
-    latencies = sorted(latencies)
-    return {
-        "p50_ms": 1e3 * statistics.median(latencies),
-        "p99_ms": 1e3 * latencies[int(0.99 * (len(latencies) - 1))],
-        "rps": len(latencies) / elapsed,
-    }
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
@@ -92,7 +83,7 @@ def main() -> int:
                 for label, (client, inp) in clients.items():
                     latencies, elapsed = timed_block(client, inp, block)
                     samples[label] = (samples[label][0] + latencies, samples[label][1] + elapsed)
-            results = {label: summarise(*sample) for label, sample in samples.items()}
+            results = {label: latency_summary(*sample) for label, sample in samples.items()}
     print(f"ModelInfer round trip, FP32 [1,16], concurrency 1, {args.requests} requests, 127.0.0.1")
     print(f"{'server':<18} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8}")
     for label, r in results.items():

@@ -52,6 +52,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 from asr_server.child_process import stop_process
+from bench._latency import percentile_ms
 from bench._server import serve_repository, server_process
 
 P99_BUDGET_MS = 300.0
@@ -177,10 +178,6 @@ class MachineLoad:
             return float("nan")
         first, last = self.samples[n // 4], self.samples[max(n // 4 + 1, 3 * n // 4)]
         return 100 * (last[0] - first[0]) / max(1, last[1] - first[1])
-
-
-def percentile_ms(values, q: float) -> float:
-    return 1e3 * float(np.percentile(values, q)) if len(values) else float("nan")
 
 
 def free_port() -> int:

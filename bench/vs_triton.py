@@ -35,6 +35,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from bench._latency import latency_summary
 from tests.helpers import real_triton as rt
 
 BLOCK = 200  # requests per measurement block (per server, per concurrency)
@@ -123,15 +124,6 @@ async def timed_block(client, target: Target, concurrency: int, requests: int) -
     return latencies, time.perf_counter() - start
 
 
-def summarise(latencies: list[float], elapsed: float) -> dict:
-    latencies = sorted(latencies)
-    return {
-        "p50_ms": 1e3 * statistics.median(latencies),
-        "p99_ms": 1e3 * latencies[int(0.99 * (len(latencies) - 1))],
-        "rps": len(latencies) / elapsed,
-    }
-
-
 async def measure_grpc(targets: list[Target], urls: dict[str, str], concurrencies: list[int],
                        requests: int) -> dict[tuple[int, str], dict]:
     import tritonclient.grpc.aio as aioclient
@@ -153,7 +145,7 @@ async def measure_grpc(targets: list[Target], urls: dict[str, str], concurrencie
                     old = samples[target.label]
                     samples[target.label] = (old[0] + latencies, old[1] + elapsed)
             for label, sample in samples.items():
-                results[(concurrency, label)] = summarise(*sample)
+                results[(concurrency, label)] = latency_summary(*sample)
         return results
     finally:
         for client in clients.values():

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 from asr_client.audio import load_audio
+from bench._latency import percentile_ms
 from tests.helpers import real_triton as rt
 from tests.helpers.asr_repos import exported, offline_repo
 
@@ -101,9 +101,8 @@ async def measure(urls: dict[str, str], concurrencies: list[int], requests: int)
                     old = samples[label]
                     samples[label] = (old[0] + lat, old[1] + sec, old[2] + wall)
             for label, (lat, sec, wall) in samples.items():
-                lat = sorted(lat)
                 results[(concurrency, label)] = {
-                    "p50_ms": 1e3 * statistics.median(lat), "p99_ms": 1e3 * lat[int(0.99 * (len(lat) - 1))],
+                    "p50_ms": percentile_ms(lat, 50), "p99_ms": percentile_ms(lat, 99),
                     "ups": len(lat) / wall, "speed": sec / wall}
         return results
     finally:

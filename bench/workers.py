@@ -33,9 +33,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
-
 from asr_server.child_process import stop_process
+from bench._latency import percentile_ms
 
 ROOT = Path(__file__).resolve().parent.parent
 CHUNK_MS = 640.0
@@ -105,7 +104,7 @@ def load(url: str, args, streams: int) -> tuple[float, int, float]:
         cpu += c
     for p in procs:
         p.join()
-    p99 = float(np.percentile(latencies, 99) * 1000) if latencies else float("inf")
+    p99 = percentile_ms(latencies, 99, empty=float("inf"))
     return p99, errors, cpu
 
 

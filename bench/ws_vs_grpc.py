@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench._latency import percentile_ms
+
 ROOT = Path(__file__).resolve().parent.parent
 CHUNK_S = 0.5
 RATE = 16000
@@ -177,9 +179,8 @@ def run(protocol: str, streams: int, audio: np.ndarray, repo: str, lockstep: boo
         proc.terminate()
         proc.join(10)
     audio_s = streams * audio.size / RATE
-    lat = np.array(latencies) * 1000
-    return {"protocol": protocol, "streams": streams, "chunks": int(lat.size), "p50_ms": float(np.percentile(lat, 50)),
-            "p99_ms": float(np.percentile(lat, 99)), "cpu_per_audio_s": cpu / audio_s, "wall_s": wall, **server}
+    return {"protocol": protocol, "streams": streams, "chunks": len(latencies), "p50_ms": percentile_ms(latencies, 50),
+            "p99_ms": percentile_ms(latencies, 99), "cpu_per_audio_s": cpu / audio_s, "wall_s": wall, **server}
 
 
 def main(argv=None) -> int:
