@@ -30,10 +30,6 @@ def config_to_wire(data_type: int) -> str:
     return name[len("TYPE_"):]
 
 
-def wire_to_config(wire: str) -> int:
-    return mc.DataType.Value("TYPE_STRING" if wire == "BYTES" else f"TYPE_{wire}")
-
-
 @functools.lru_cache(maxsize=64)  # called for every tensor of every request; bounded: names come from clients
 def numpy_dtype(wire: str) -> np.dtype:
     """The numpy dtype that holds tensors of this wire type (object for BYTES)."""

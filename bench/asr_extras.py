@@ -212,18 +212,6 @@ def fluent(sentence: str):
     return audio, truth
 
 
-def signed_errors(truth, words) -> list[tuple[float, float]]:
-    import difflib
-
-    ref, hyp = [w for w, _, _ in truth], [w["word"] for w in words]
-    out = []
-    for block in difflib.SequenceMatcher(a=ref, b=hyp, autojunk=False).get_matching_blocks():
-        for k in range(block.size):
-            _, s, e = truth[block.a + k]
-            out.append((words[block.b + k]["start"] - s, words[block.b + k]["end"] - e))
-    return out
-
-
 def timing_errors(truth, words) -> tuple[list[float], list[float]]:
     import difflib
 

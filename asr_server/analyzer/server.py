@@ -67,12 +67,6 @@ class ModelControl:
     def unload(self, name: str) -> None:
         self.client.unload_model(name, client_timeout=LOAD_TIMEOUT_S)
 
-    def is_ready(self, name: str) -> bool:
-        try:
-            return self.client.is_model_ready(name)
-        except Exception:
-            return False
-
     def memory_mb(self) -> Optional[float]:
         """Resident memory of the server process (MB), or None when it is not ours to read."""
         if self.pid is None:

@@ -125,7 +125,7 @@ def backend_class(name: str) -> type[Backend]:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name == module_name:  # the backend itself is not written yet (tensorrt, openvino, tensorflow)
+        if exc.name == module_name:  # a registered backend whose module is not there (a plug-in not installed)
             raise ServerError(f"backend '{name}' is not supported by this server yet") from None
         raise ServerError(f"backend '{name}' needs the '{exc.name}' package, which is not installed") from None
     return getattr(module, class_name)
