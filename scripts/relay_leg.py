@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import soundfile as sf
@@ -159,7 +160,7 @@ def refresh_game_lines(folder: Path) -> None:
               f"relabelled {relabelled}", flush=True)
 
 
-def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
+def with_earlier_legs(leg: int, with_uqm: bool, newest: Optional[int] = None) -> Path:
     """This leg's split joined with the utterances of earlier legs' splits whose audio is still on this machine
     (a machine that kept its data folder need not spend a leg's first half hour on synthesis for fresh variety:
     a short new batch plus what earlier legs made). Utterance ids are unique across legs (each leg draws its
@@ -167,10 +168,13 @@ def with_earlier_legs(leg: int, with_uqm: bool) -> Path:
     REAL_SPEECH) is then repeated until it is at least half of the utterances, as in a leg's own split, so that
     the extra synthetic variety does not dilute it. A non-commercial leg (with_uqm) takes both kinds of earlier
     folders, a licence-clean one only clean ones (asr_data.manifest.leg_name). Game lines go through
-    GameLineRules, whichever leg's folder lists them. Written to <leg>/train_all."""
+    GameLineRules, whichever leg's folder lists them. `newest`: only that many of the most recent earlier legs (each
+    kept leg makes the epoch longer, and a fixed-length leg then sees each utterance fewer times); None: all.
+    Written to <leg>/train_all."""
     rows: dict[str, dict[str, str]] = {}
     rules = GameLineRules()
-    folders = [ROOT / "legs" / leg_name(n, kind) / "train" for n in [leg, *range(leg - 1, 0, -1)]
+    oldest = 1 if newest is None else max(1, leg - newest)
+    folders = [ROOT / "legs" / leg_name(n, kind) / "train" for n in [leg, *range(leg - 1, oldest - 1, -1)]
                for kind in ((True, False) if with_uqm else (False,))]
     for folder in folders:
         if not (folder / "text").exists():
@@ -360,6 +364,8 @@ def main(argv=None) -> int:
     ap.add_argument("--with-earlier-legs", action="store_true",
                     help="train on this leg's data plus earlier legs' data still on this machine (pair it with a "
                          "shorter --data-minutes)")
+    ap.add_argument("--earlier-legs", type=int, default=None, metavar="N",
+                    help="with --with-earlier-legs: only the N most recent earlier legs (default: all of them)")
     args = ap.parse_args(argv)
 
     state_path = args.state / "relay.json"
@@ -381,7 +387,7 @@ def main(argv=None) -> int:
     if with_uqm:
         state.setdefault("data", {})["uqm"] = True  # sticky: the weights now derive from non-commercial data
     if args.with_earlier_legs:
-        data = with_earlier_legs(leg, with_uqm)
+        data = with_earlier_legs(leg, with_uqm, args.earlier_legs)
     check_licence(data, with_uqm)
     data_h = sum(float(line.split()[1]) for line in (data / "utt2dur").read_text().splitlines()) / 3600
     t0 = time.time()

@@ -96,6 +96,11 @@ def test_a_leg_with_earlier_legs_takes_their_surviving_audio_once(tmp_path, monk
         "uqm_train_a-000-0 hello", "uqm_train_a-000-0_r2 hello"]
     with pytest.raises(SystemExit, match="non-commercial"):
         relay.check_licence(out, with_uqm=False)
+    # only the newest earlier leg: leg 2 (absent), not leg 1; the game line still comes from this leg's own folder
+    out = relay.with_earlier_legs(3, with_uqm=False, newest=1)
+    assert (out / "text").read_text().splitlines() == ["fotaq_train_1 a game line", "syn_9 nine"]
+    out = relay.with_earlier_legs(3, with_uqm=False, newest=2)
+    assert "syn_1 one" in (out / "text").read_text().splitlines()
 
 
 def test_a_leg_leaves_out_the_game_lines_whisper_found_mismatched(tmp_path, monkeypatch):
