@@ -265,6 +265,8 @@ def train(state: dict, leg: int, data: Path, minutes: float, state_dir: Path) ->
            "--lead-silence-share", sch["lead_silence_share"], "--step-offset", state["step"]]
     cmd += ["--init-from", state_dir if state["leg"] > 0 else REPO / state["init_from"],
             "--rewarm-steps", sch["rewarm_steps"]]
+    if sch.get("frozen_convs", 0):
+        cmd += ["--frozen-convs", sch["frozen_convs"]]
     if has_bf16():
         cmd.append("--bf16")
     average_last = sch.get("average_last", 0)

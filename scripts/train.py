@@ -85,6 +85,15 @@ def build(args, vocab: int, cmvn: CmvnStats) -> U2Model:
                    enc, dec, GlobalCMVN(torch.from_numpy(mean), torch.from_numpy(istd)))
 
 
+def freeze_subsampling_convs(model: U2Model, count: int) -> None:
+    """The first `count` convolutions of the encoder's input subsampling stop learning (requires_grad off)."""
+    convs = [m for m in model.encoder.embed.conv if isinstance(m, torch.nn.Conv2d)]
+    if count > len(convs):
+        sys.exit(f"--frozen-convs {count}: the subsampling has {len(convs)} convolutions")
+    for conv in convs[:count]:
+        conv.requires_grad_(False)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, required=True, help="Kaldi-style dir with wav.scp and text")
@@ -142,6 +151,10 @@ def main(argv=None) -> int:
     ap.add_argument("--lead-silence-share", type=float, default=0.0,
                     help="share of augmented utterances given 0.3-1.5 s more leading silence (the first word "
                          "after a pause)")
+    ap.add_argument("--frozen-convs", type=int, default=0, metavar="N",
+                    help="keep the first N convolutions of the input subsampling fixed. Freezing the first (1,280 "
+                         "weights) spares the backward pass the gradient of the second convolution's input, the "
+                         "costliest part of a conv2d step; the optimiser keeps them, so a checkpoint resumes")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU leg (batches are made on the CPU)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=777)
@@ -181,6 +194,7 @@ def main(argv=None) -> int:
         state = ck["state"]
         torch.set_rng_state(ck["torch_rng"])
         print(f"resumed at step {state['step']} ({state['elapsed'] / 60:.1f} min trained)", file=sys.stderr)
+    freeze_subsampling_convs(model, args.frozen_convs)
     print(f"{count_parameters(model) / 1e6:.2f}M parameters, {len(rows)} utterances, vocab {len(symbols)}",
           file=sys.stderr)
 

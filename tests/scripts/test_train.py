@@ -213,3 +213,23 @@ def test_a_relay_leg_starts_from_a_model_dir_and_continues_its_schedule(corpus: 
     for name, value in weights(tmp_path / "leg0").items():
         if name in start:
             torch.testing.assert_close(value, start[name].float(), msg=name)
+
+
+def test_frozen_convs_keep_their_weights_while_the_rest_learns(corpus: Path, tmp_path: Path) -> None:
+    first = train(corpus, tmp_path / "start", "--max-steps", "1")
+    assert first.returncode == 0, first.stderr
+    run = train(corpus, tmp_path / "exp", "--max-steps", "4", "--frozen-convs", "1",
+                "--init-from", str(tmp_path / "start" / "final"))
+    assert run.returncode == 0, run.stderr
+    before = torch.load(tmp_path / "start" / "final" / "final.pt", map_location="cpu", weights_only=True)
+    after = weights(tmp_path / "exp")
+    for name in ("encoder.embed.conv.0.weight", "encoder.embed.conv.0.bias"):
+        torch.testing.assert_close(after[name], before[name], rtol=0, atol=0, msg=name)
+    assert not torch.equal(after["encoder.embed.conv.2.weight"], before["encoder.embed.conv.2.weight"])
+    resumed = train(corpus, tmp_path / "exp", "--max-steps", "6", "--frozen-convs", "1")
+    assert resumed.returncode == 0 and "resumed at step 4" in resumed.stderr, resumed.stderr
+
+
+def test_freezing_more_convs_than_the_subsampling_has_is_refused(corpus: Path, tmp_path: Path) -> None:
+    run = train(corpus, tmp_path / "exp", "--max-steps", "1", "--frozen-convs", "3")
+    assert run.returncode != 0 and "has 2 convolutions" in run.stderr
