@@ -33,7 +33,7 @@ from asr_server.asr.nn.decoder import DecoderConfig
 from asr_server.asr.nn.encoder import EncoderConfig, GlobalCMVN
 from asr_server.asr.nn.model import ModelConfig, U2Model, count_parameters
 from asr_server.asr.training.batching import make_batch, planned_batches
-from asr_server.asr.training.data import load_wav, read_data_dir
+from asr_server.asr.training.data import load_wav, read_data_dir, utterance_seconds
 from asr_server.asr.training.schedule import attention_chunk, lr_at
 from asr_server.asr.units import SymbolTable, Tokenizer, bpe_units, train_bpe
 
@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     t_run = time.monotonic()
     elapsed0 = state["elapsed"]
     smooth = None
-    plan = planned_batches(rows, args.seed, args.batch, state["epoch"], state["batch_in_epoch"])
+    plan = planned_batches(utterance_seconds(rows), args.seed, args.batch, state["epoch"], state["batch_in_epoch"])
 
     def load_batch(step: int):
         """The batch of `step`; augmentation randomness is a function of the step, so a resumed run draws

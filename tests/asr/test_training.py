@@ -16,27 +16,43 @@ from asr_server.asr.nn.model import IGNORE_ID  # noqa: E402
 from asr_server.asr.training.augment import (  # noqa: E402
     LSB, band_limit, lead_silence, requantise, speed_perturb, spec_augment)
 from asr_server.asr.training.batching import epoch_order, make_batch, planned_batches  # noqa: E402
-from asr_server.asr.training.data import read_data_dir  # noqa: E402
+from asr_server.asr.training.data import read_data_dir, utterance_seconds  # noqa: E402
 from asr_server.asr.training.schedule import FULL_CONTEXT, attention_chunk, lr_at  # noqa: E402
 from asr_server.asr.units import SymbolTable, Tokenizer  # noqa: E402
 
-ROWS = [(f"u{i}", f"/nowhere/u{i}.wav", "x" * (1 + i % 7)) for i in range(23)]
+SECONDS = [0.5 + (i * 7919 % 23) / 5 for i in range(23)]  # 23 distinct durations, 0.5-4.9 s
 
 
 def test_an_epoch_holds_every_utterance_once_in_batches_fixed_by_seed_and_epoch():
-    order = epoch_order(len(ROWS), seed=5, epoch=2, batch=4, rows=ROWS)
-    assert sorted(i for batch in order for i in batch) == list(range(len(ROWS)))
+    order = epoch_order(seed=5, epoch=2, batch=4, seconds=SECONDS)
+    assert sorted(i for batch in order for i in batch) == list(range(len(SECONDS)))
     assert all(1 <= len(batch) <= 4 for batch in order)
-    assert order == epoch_order(len(ROWS), seed=5, epoch=2, batch=4, rows=ROWS)
-    assert order != epoch_order(len(ROWS), seed=5, epoch=3, batch=4, rows=ROWS)
+    assert order == epoch_order(seed=5, epoch=2, batch=4, seconds=SECONDS)
+    assert order != epoch_order(seed=5, epoch=3, batch=4, seconds=SECONDS)
+
+
+def test_batches_hold_utterances_of_neighbouring_durations():
+    """Within a window of 50 batches (all 23 here) a batch takes the next utterances by duration, so no two
+    batches' duration ranges overlap: a batch pads to its longest member only a little."""
+    spans = sorted((min(SECONDS[i] for i in batch), max(SECONDS[i] for i in batch))
+                   for batch in epoch_order(seed=5, epoch=0, batch=4, seconds=SECONDS))
+    assert all(high < next_low for (_, high), (next_low, _) in zip(spans, spans[1:]))
+
+
+def test_utterance_seconds_reads_each_file_header_once(tmp_path):
+    for name, samples in (("a", 8000), ("b", 24000)):
+        sf.write(tmp_path / f"{name}.wav", np.zeros(samples, np.float32), 16000)
+    rows = [("u1", str(tmp_path / "a.wav"), "x"), ("u2", str(tmp_path / "b.wav"), "y"),
+            ("u1_r2", str(tmp_path / "a.wav"), "x")]
+    assert utterance_seconds(rows) == [0.5, 1.5, 0.5]
 
 
 def test_planned_batches_resume_at_a_saved_position():
-    whole = planned_batches(ROWS, seed=1, batch=4, epoch=0, start=0)
+    whole = planned_batches(SECONDS, seed=1, batch=4, epoch=0, start=0)
     plan = [next(whole) for _ in range(15)]  # 6 batches per epoch: crosses two epoch boundaries
     assert [p[0] for p in plan] == [0] * 6 + [1] * 6 + [2] * 3
     epoch, position, _ = plan[8]
-    resumed = planned_batches(ROWS, seed=1, batch=4, epoch=epoch, start=position)
+    resumed = planned_batches(SECONDS, seed=1, batch=4, epoch=epoch, start=position)
     assert [next(resumed) for _ in range(7)] == plan[8:]
 
 

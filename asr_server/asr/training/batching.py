@@ -58,26 +58,29 @@ def pad_int_rows(rows: list[list[int]], fill: int) -> torch.Tensor:
                                            padding_value=fill)
 
 
-def epoch_order(n: int, seed: int, epoch: int, batch: int, rows) -> list[list[int]]:
-    """Batches of similar-length utterances (less padding), in a random order fixed by (seed, epoch)."""
+def epoch_order(seed: int, epoch: int, batch: int, seconds: Sequence[float]) -> list[list[int]]:
+    """Batches of similar-length utterances (less padding), in a random order fixed by (seed, epoch).
+    seconds: each utterance's duration (``utterance_seconds``). The transcript's length, the key before leg 12,
+    is a poor proxy for speech with pauses such as the games' lines: its batches held far more padding (the
+    figures are in models/open_en_wip/MODEL_CARD.md)."""
     rng = random.Random(seed * 1000 + epoch)
-    idx = list(range(n))
+    idx = list(range(len(seconds)))
     rng.shuffle(idx)
-    # sort within windows of 50 batches by transcript length (a cheap proxy for duration)
+    # sort within windows of 50 batches by duration: batches of neighbours, still a different mix each epoch
     win = batch * 50
     out = []
-    for s in range(0, n, win):
-        block = sorted(idx[s:s + win], key=lambda i: len(rows[i][2]))
+    for s in range(0, len(idx), win):
+        block = sorted(idx[s:s + win], key=lambda i: seconds[i])
         out += [block[j:j + batch] for j in range(0, len(block), batch)]
     rng.shuffle(out)
     return out
 
 
-def planned_batches(rows: Sequence, seed: int, batch: int, epoch: int, start: int
+def planned_batches(seconds: Sequence[float], seed: int, batch: int, epoch: int, start: int
                     ) -> Iterator[tuple[int, int, list[int]]]:
     """(epoch, position in epoch, utterance indices) from (epoch, start) on, epoch after epoch."""
     while True:
-        order = epoch_order(len(rows), seed, epoch, batch, rows)
+        order = epoch_order(seed, epoch, batch, seconds)
         for position in range(start, len(order)):
             yield epoch, position, order[position]
         epoch, start = epoch + 1, 0

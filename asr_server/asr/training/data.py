@@ -21,6 +21,16 @@ def read_data_dir(d: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
+def utterance_seconds(rows: list[tuple[str, str, str]]) -> list[float]:
+    """Each row's audio duration, from its file's header (a file listed twice is read once)."""
+    seconds: dict[str, float] = {}
+    for _, path, _ in rows:
+        if path not in seconds:
+            info = sf.info(path)
+            seconds[path] = info.frames / info.samplerate
+    return [seconds[path] for _, path, _ in rows]
+
+
 def load_wav(path: str) -> np.ndarray:
     wav, sr = sf.read(path, dtype="float32")
     if sr != SAMPLE_RATE:
