@@ -392,15 +392,14 @@ def main(argv=None) -> int:
         data = with_earlier_legs(leg, with_uqm, args.earlier_legs)
     check_licence(data, with_uqm)
     data_h = sum(float(line.split()[1]) for line in (data / "utt2dur").read_text().splitlines()) / 3600
-    t0 = time.time()
     exp = train(state, leg, data, args.train_minutes, args.state)
-    minutes = (time.time() - t0) / 60
     wer = evaluate(exp / "final", ROOT / "legs" / f"eval_leg{leg}.json")
 
     import torch
 
     ckpt = torch.load(exp / "checkpoint.pt", map_location="cpu", weights_only=False)
     steps = ckpt["state"]["step"]
+    minutes = ckpt["state"]["elapsed"] / 60  # the training clock: a leg resumed from its checkpoint counts it all
     epochs = steps * state["schedule"]["batch"] / max(1, len((data / "text").read_text().splitlines()))
     record_leg(args.state, state, leg, exp / "final", steps, minutes, data_h, data_h * epochs, wer)
     print(f"leg {leg} done: step {state['step']}, {minutes:.0f} min; state in {args.state} (commit it)", flush=True)

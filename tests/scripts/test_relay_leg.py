@@ -229,3 +229,29 @@ def test_a_schedule_with_frozen_convs_passes_them_to_training(tmp_path, monkeypa
     commands.clear()
     relay.train(state, 3, tmp_path / "data", 10.0, tmp_path / "state")
     assert commands[0][commands[0].index("--frozen-convs") + 1] == "1"
+
+
+def test_a_leg_records_the_training_clock_of_its_checkpoint(tmp_path, monkeypatch):
+    """A leg stopped and resumed from its checkpoint trained for the checkpoint's whole clock, not for the wall
+    time of its last run."""
+    import torch
+
+    relay = load_script("relay_leg")
+    monkeypatch.setattr(relay, "ROOT", tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "text").write_text("u1 a\nu2 b\n")
+    (data / "utt2dur").write_text("u1 1800\nu2 1800\n")
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    torch.save({"state": {"step": 8, "elapsed": 128.1 * 60}}, exp / "checkpoint.pt")
+    monkeypatch.setattr(relay, "make_data", lambda *a: data)
+    monkeypatch.setattr(relay, "check_licence", lambda *a: None)
+    monkeypatch.setattr(relay, "train", lambda *a: exp)
+    monkeypatch.setattr(relay, "evaluate", lambda *a: {})
+    recorded = []
+    monkeypatch.setattr(relay, "record_leg", lambda *a: recorded.append(a))
+    assert relay.main(["--state", str(tmp_path / "state"), "--skip-setup"]) == 0
+    (_, _, leg, _, steps, minutes, data_h, hours_seen, _), = recorded
+    assert (leg, steps, minutes, data_h) == (1, 8, 128.1, 1.0)
+    assert hours_seen == 1.0 * 8 * 32 / 2
