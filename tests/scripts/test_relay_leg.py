@@ -205,30 +205,29 @@ def test_a_leg_with_average_last_keeps_snapshots_and_averages_the_last_ones(tmp_
                              *(str(snapshots / f"step_{s:07d}.pt") for s in (900, 1000, 1100)), "--fp16-weights"]
 
 
-def test_a_leg_without_average_last_trains_as_before(tmp_path, monkeypatch):
+def _leg_3_commands(tmp_path, monkeypatch, **schedule) -> list[list[str]]:
+    """The commands relay.train runs for leg 3 (none of them run), its schedule updated with `schedule`."""
     relay = load_script("relay_leg")
     monkeypatch.setattr(relay, "ROOT", tmp_path)
     commands = []
     monkeypatch.setattr(relay, "run", lambda cmd, **kw: commands.append([str(c) for c in cmd]))
     state = json.loads(json.dumps(relay.FIRST_STATE))
     state.update(leg=2)
+    state["schedule"].update(schedule)
     relay.train(state, 3, tmp_path / "data", 10.0, tmp_path / "state")
+    return commands
+
+
+def test_a_leg_without_average_last_trains_as_before(tmp_path, monkeypatch):
+    commands = _leg_3_commands(tmp_path, monkeypatch)
     assert len(commands) == 2 and "--keep-snapshots" not in commands[0]
 
 
 def test_a_schedule_with_frozen_convs_passes_them_to_training(tmp_path, monkeypatch):
-    relay = load_script("relay_leg")
-    monkeypatch.setattr(relay, "ROOT", tmp_path)
-    commands = []
-    monkeypatch.setattr(relay, "run", lambda cmd, **kw: commands.append([str(c) for c in cmd]))
-    state = json.loads(json.dumps(relay.FIRST_STATE))
-    state.update(leg=2)
-    relay.train(state, 3, tmp_path / "data", 10.0, tmp_path / "state")
-    assert "--frozen-convs" not in commands[0]  # an older relay.json has no such key
-    state["schedule"]["frozen_convs"] = 1
-    commands.clear()
-    relay.train(state, 3, tmp_path / "data", 10.0, tmp_path / "state")
-    assert commands[0][commands[0].index("--frozen-convs") + 1] == "1"
+    training = _leg_3_commands(tmp_path, monkeypatch)[0]
+    assert "--frozen-convs" not in training  # an older relay.json has no such key
+    training = _leg_3_commands(tmp_path, monkeypatch, frozen_convs=1)[0]
+    assert training[training.index("--frozen-convs") + 1] == "1"
 
 
 def test_a_leg_records_the_training_clock_of_its_checkpoint(tmp_path, monkeypatch):
