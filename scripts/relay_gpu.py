@@ -4,9 +4,10 @@ at once. Only 64 MiB travel to the GPU machine and 16 MiB per file come back, so
 Ogg/Opus (about 6.5 h in 47 MiB at 16 kbit/s) and only the fp16 weights come back.
 
     python scripts/relay_gpu.py pack --leg 2            # ROOT/legs/leg2/train -> relay_pack/ (Opus, wav.scp, text)
-    python scripts/relay_gpu.py wheels                  # kaldi-native-fbank + soundfile for the GPU's Python 3.12
+    python scripts/relay_gpu.py wheels                  # what the GPU image lacks, for its Python 3.12
     # on the GPU machine (the device tool's run, carry: relay_pack, .whl), at most 10 minutes a call:
-    pip install --no-deps .whl/*.whl && python3 scripts/relay_gpu.py train --minutes 8 --out $OUT
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site &&
+      python3 scripts/relay_gpu.py train --minutes 8 --out $OUT
     # back here, with the files that came back:
     python scripts/relay_gpu.py adopt --final FILES_AT/final   # evaluate, then write models/open_en_wip
 
@@ -26,11 +27,19 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the GPU machine runs this tree as it is, without installing the project
+
+from asr_server.asr.training.relay_args import relay_train_args  # noqa: E402 - needs the line above
+
 ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
 PACK = REPO / "relay_pack"
 STATE = REPO / "models" / "open_en_wip"
 OPUS_KBPS = 16
 GPU_BATCH = 128
+# What training imports that the GPU image (the device library's KINDS.md, its package list of 2026-11-17) has,
+# and the wheels that carry the rest (with what those need: soundfile needs cffi, cffi needs pycparser).
+IMAGE_PACKAGES = ("torch", "numpy", "scipy", "tqdm", "pyyaml", "sentencepiece", "typing-extensions")
+WHEELS = ("kaldi-native-fbank", "soundfile", "cffi", "pycparser", "soxr")
 
 
 def pack(args) -> int:
@@ -72,32 +81,27 @@ def wheels(args) -> int:
     dest.mkdir(exist_ok=True)
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
                     "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64", "--platform",
-                    "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", "-d", str(dest),
-                    "kaldi-native-fbank", "soundfile", "pyyaml"], check=True)
+                    "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", "-d", str(dest), *WHEELS],
+                   check=True)
     return 0
 
 
 def train(args) -> int:
     """Continue the relay's model on this machine's GPU for --minutes; the fp16 model dir goes to OUT/final."""
     state = json.loads((STATE / "relay.json").read_text())
-    net, sch = state["network"], state["schedule"]
     exp = Path(args.exp)
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"), "--data", str(args.pack), "--exp", str(exp),
            "--max-minutes", str(args.minutes), "--save-minutes", "100", "--threads", "8", "--device", args.device,
            "--seed", str(state["seed"] + 1000 + state["leg"]), "--batch", str(args.batch),
-           "--d-model", str(net["d_model"]), "--heads", str(net["heads"]), "--ffn", str(net["ffn"]),
-           "--blocks", str(net["blocks"]), "--dec-blocks", str(net["dec_blocks"]), "--kernel", str(net["kernel"]),
-           "--ctc-weight", str(net["ctc_weight"]), "--reverse-weight", str(net["reverse_weight"]),
-           "--dropout", str(net["dropout"]), "--lr", str(sch["lr"]), "--warmup", str(sch["warmup"]),
-           "--curriculum-steps", str(sch["curriculum_steps"]), "--full-context-share", str(sch["full_context_share"]),
-           "--chunk-range", *map(str, sch["chunk_range"]), "--emission-slack", str(sch["emission_slack"]),
-           "--band-limit-share", str(sch["band_limit_share"]), "--lead-silence-share", str(sch["lead_silence_share"]),
-           "--step-offset", str(state["step"]), "--init-from", str(STATE), "--rewarm-steps", str(sch["rewarm_steps"])]
+           *relay_train_args(state), "--init-from", str(STATE)]
     if args.device != "cpu":
         cmd.append("--bf16")
+    # train.py imports the project from this tree (nothing is installed there) and the carried wheels from
+    # the PYTHONPATH the run set
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     t0 = time.time()
-    subprocess.run(cmd, check=True)
-    subprocess.run([*cmd, "--finalize", "--fp16-weights", "--final-dir", str(args.out / "final")], check=True)
+    subprocess.run(cmd, check=True, env=env)
+    subprocess.run([*cmd, "--finalize", "--fp16-weights", "--final-dir", str(args.out / "final")], check=True, env=env)
     shutil.copyfile(exp / "train_log.tsv", args.out / "train_log.tsv")
     (args.out / "gpu_leg.json").write_text(json.dumps({"minutes": round((time.time() - t0) / 60, 1),
                                                        "batch": args.batch, "device": args.device}))

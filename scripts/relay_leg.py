@@ -36,6 +36,7 @@ import soxr
 
 from asr_data import clip_check
 from asr_data.manifest import latest_rows, leg_name
+from asr_server.asr.training.relay_args import relay_train_args
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
@@ -252,21 +253,11 @@ def has_bf16() -> bool:
 
 
 def train(state: dict, leg: int, data: Path, minutes: float, state_dir: Path) -> Path:
-    net, sch = state["network"], state["schedule"]
+    sch = state["schedule"]
     exp = ROOT / "exp" / leg_name(leg, state.get("data", {}).get("uqm", False))
     cmd = [PY, "scripts/train.py", "--data", data, "--exp", exp, "--max-minutes", minutes, "--save-minutes", 5,
            "--threads", os.cpu_count() or 2, "--seed", state["seed"] + leg, "--batch", sch["batch"],
-           "--bpe-size", net["bpe_size"], "--d-model", net["d_model"], "--heads", net["heads"], "--ffn", net["ffn"],
-           "--blocks", net["blocks"], "--dec-blocks", net["dec_blocks"], "--kernel", net["kernel"],
-           "--ctc-weight", net["ctc_weight"], "--reverse-weight", net["reverse_weight"], "--dropout", net["dropout"],
-           "--lr", sch["lr"], "--warmup", sch["warmup"], "--curriculum-steps", sch["curriculum_steps"],
-           "--full-context-share", sch["full_context_share"], "--chunk-range", *sch["chunk_range"],
-           "--emission-slack", sch["emission_slack"], "--band-limit-share", sch["band_limit_share"],
-           "--lead-silence-share", sch["lead_silence_share"], "--step-offset", state["step"]]
-    cmd += ["--init-from", state_dir if state["leg"] > 0 else REPO / state["init_from"],
-            "--rewarm-steps", sch["rewarm_steps"]]
-    if sch.get("frozen_convs", 0):
-        cmd += ["--frozen-convs", sch["frozen_convs"]]
+           *relay_train_args(state), "--init-from", state_dir if state["leg"] > 0 else REPO / state["init_from"]]
     if has_bf16():
         cmd.append("--bf16")
     average_last = sch.get("average_last", 0)

@@ -1,12 +1,23 @@
-"""scripts/relay_gpu.py pack: a leg's Kaldi dir as Ogg/Opus that soundfile (as training reads it) decodes back,
-real speech first, stopping at the size budget (what travels to a GPU machine is 64 MiB)."""
+"""scripts/relay_gpu.py: `pack` writes a leg's Kaldi dir as Ogg/Opus that soundfile (as training reads it) decodes
+back, real speech first, stopping at the size budget (what travels to a GPU machine is 64 MiB); `train` continues
+the relay's schedule; what it imports is on the GPU image or carried."""
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import soundfile as sf
 
+from tests.conftest import ROOT
 from tests.helpers.scripts import load_script
 
 
@@ -34,3 +45,109 @@ def test_pack_writes_opus_that_reads_back_real_speech_first(tmp_path):
     assert relay.main(["pack", "--data", str(src), "--out", str(out), "--max-mib",
                        str((out / "audio" / "fotaq_train_a.opus").stat().st_size * 1.5 / 2**20)]) == 0
     assert len((out / "wav.scp").read_text().splitlines()) == 1
+
+
+def test_a_gpu_leg_trains_with_the_relay_schedule_and_the_tree_on_its_path(tmp_path, monkeypatch):
+    """The GPU leg continues the network and schedule of relay.json, keys added since it was written
+    (frozen_convs) included, and train.py finds the project in the tree it runs from (nothing is installed on
+    the GPU machine)."""
+    relay = load_script("relay_gpu")
+    state = json.loads((relay.STATE / "relay.json").read_text())
+    state["schedule"]["frozen_convs"] = 2
+    (tmp_path / "relay.json").write_text(json.dumps(state))
+    monkeypatch.setattr(relay, "STATE", tmp_path)
+    runs = []
+    monkeypatch.setattr(relay.subprocess, "run", lambda cmd, **kw: runs.append((cmd, kw["env"])))
+    monkeypatch.setattr(relay.shutil, "copyfile", lambda *a: None)
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert relay.main(["train", "--pack", str(tmp_path / "pack"), "--out", str(out), "--exp", str(tmp_path / "exp"),
+                       "--minutes", "1"]) == 0
+    (training, env), (finalize, _) = runs
+    assert training[training.index("--frozen-convs") + 1] == "2"
+    assert training[training.index("--step-offset") + 1] == str(state["step"])
+    assert training[training.index("--dropout") + 1] == str(state["network"]["dropout"])
+    assert training[training.index("--device") + 1] == "cuda" and "--bf16" in training
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/tmp/site"]
+    assert finalize[:len(training)] == training and "--finalize" in finalize
+
+
+def _third_party_imports(script: Path) -> set[str]:
+    """Top-level modules outside the standard library that `script` and the project modules it reaches import
+    (anywhere in them, lazily too), except imports guarded by `except ImportError` (optional ones)."""
+    own = {"asr_server", "asr_data"}
+
+    def module_file(dotted: str) -> Optional[Path]:
+        base = ROOT.joinpath(*dotted.split("."))
+        return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.exists()), None)
+
+    def optional(tree: ast.AST) -> set[int]:
+        guarded = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Try) and any(
+                isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+                for h in node.handlers
+            ):
+                guarded |= {id(n) for statement in node.body for n in ast.walk(statement)}
+        return guarded
+
+    found, seen, todo = set(), set(), [script]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        tree = ast.parse(path.read_text())
+        guarded = optional(tree)
+        package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+        for node in ast.walk(tree):
+            if id(node) in guarded:
+                continue
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package, up level - 1
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parent, *([base] if base else [])])
+                names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in own:
+                    todo += [f for f in (module_file(".".join(name.split(".")[:i]))
+                                         for i in range(1, name.count(".") + 2)) if f]
+                elif top and top != "__future__" and top not in sys.stdlib_module_names:
+                    found.add(top)
+    return found
+
+
+def test_the_gpu_image_and_the_carried_wheels_hold_everything_training_imports():
+    """What scripts/train.py imports is on the GPU image or among the wheels `relay_gpu.py wheels` fetches, and so
+    is everything those wheels require: a module missing there would end a GPU window at its first line. A
+    lazy import this environment cannot satisfy either (kaldifeat: GPU features for serving) is not training's."""
+    relay = load_script("relay_gpu")
+    distributions = importlib.metadata.packages_distributions()
+    needed = set()
+    for module in _third_party_imports(ROOT / "scripts" / "train.py"):
+        if importlib.util.find_spec(module) is None:
+            continue
+        needed |= {_canonical(d) for d in distributions[module]}
+    assert {"torch", "kaldi-native-fbank", "soundfile", "soxr"} <= needed  # the walk reaches the audio path
+    on_image = {_canonical(d) for d in relay.IMAGE_PACKAGES}
+    carried = {_canonical(d) for d in relay.WHEELS}
+    assert needed <= on_image | carried, needed - on_image - carried
+    for wheel in carried:
+        requires = importlib.metadata.requires(wheel) or []
+        for requirement in requires:
+            marker_free = requirement.split(";")[0]
+            if "extra ==" in requirement:
+                continue
+            name = _canonical(re.split(r"[\s<>=!~\[(]", marker_free, maxsplit=1)[0])
+            assert name in on_image | carried, f"{wheel} requires {name}, neither on the image nor carried"
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
