@@ -12,7 +12,8 @@ Ogg/Opus (about 6.5 h in 47 MiB at 16 kbit/s) and only the fp16 weights come bac
     python scripts/relay_gpu.py adopt --final FILES_AT/final   # evaluate, then write models/open_en_wip
 
 `train` continues models/open_en_wip with the relay's network and schedule (relay.json) on CUDA with bf16 and a
-larger batch; the optimiser's moments stay behind (they would not fit what comes back), as between CPU legs.
+larger batch, made by worker processes on the machine's cores; the optimiser's moments stay behind (they would
+not fit what comes back), as between CPU legs.
 """
 
 from __future__ import annotations
@@ -91,7 +92,10 @@ def train(args) -> int:
     state = json.loads((STATE / "relay.json").read_text())
     exp = Path(args.exp)
     cmd = [sys.executable, str(REPO / "scripts" / "train.py"), "--data", str(args.pack), "--exp", str(exp),
-           "--max-minutes", str(args.minutes), "--save-minutes", "100", "--threads", "8", "--device", args.device,
+           "--max-minutes", str(args.minutes), "--save-minutes", "100", "--device", args.device,
+           # the step runs on the GPU; the cores make its batches (one thread would make a batch of 128 in
+           # about 3 s, where the GPU needs well under one)
+           "--threads", "2", "--loader-workers", str(args.loader_workers),
            "--seed", str(state["seed"] + 1000 + state["leg"]), "--batch", str(args.batch),
            *relay_train_args(state), "--init-from", str(STATE)]
     if args.device != "cpu":
@@ -135,6 +139,8 @@ def main(argv=None) -> int:
     p.add_argument("--exp", default="/tmp/relay_gpu_exp")
     p.add_argument("--batch", type=int, default=GPU_BATCH)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--loader-workers", type=int, default=max(1, (os.cpu_count() or 2) - 2),
+                   help="processes making batches (default: the cores but two)")
     p = sub.add_parser("adopt")
     p.add_argument("--final", type=Path, required=True)
     args = ap.parse_args(argv)

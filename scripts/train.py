@@ -16,7 +16,7 @@ frequency masks on the fbank); the corpus itself carries voice, pitch, gain and 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
+import collections
 import random
 import shutil
 import signal
@@ -32,7 +32,8 @@ from asr_server.asr.nn.checkpoint import save_model_dir
 from asr_server.asr.nn.decoder import DecoderConfig
 from asr_server.asr.nn.encoder import EncoderConfig, GlobalCMVN
 from asr_server.asr.nn.model import ModelConfig, U2Model, count_parameters
-from asr_server.asr.training.batching import make_batch, planned_batches
+from asr_server.asr.training.batch_maker import BatchMaker
+from asr_server.asr.training.batching import planned_batches
 from asr_server.asr.training.data import load_wav, read_data_dir, utterance_seconds
 from asr_server.asr.training.schedule import attention_chunk, lr_at
 from asr_server.asr.units import SymbolTable, Tokenizer, bpe_units, train_bpe
@@ -157,6 +158,9 @@ def main(argv=None) -> int:
                          "costliest part of a conv2d step; the optimiser keeps them, so a checkpoint resumes")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU leg (batches are made on the CPU)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--loader-workers", type=int, default=0, metavar="N",
+                    help="processes that make the batches (a GPU leg: one thread cannot feed a GPU); 0: one "
+                         "thread beside the step, which is enough on a CPU")
     ap.add_argument("--seed", type=int, default=777)
     ap.add_argument("--finalize", action="store_true",
                     help="write EXP/final (or --final-dir) from the latest checkpoint without training")
@@ -254,26 +258,27 @@ def main(argv=None) -> int:
     smooth = None
     plan = planned_batches(utterance_seconds(rows), args.seed, args.batch, state["epoch"], state["batch_in_epoch"])
 
-    def load_batch(step: int):
-        """The batch of `step`; augmentation randomness is a function of the step, so a resumed run draws
-        the same batches."""
+    # Batches are made while torch runs the step: in one thread (it releases the GIL), or in --loader-workers
+    # processes where one thread cannot keep up (a GPU).
+    maker = BatchMaker(tokenizer, args.loader_workers, pad_multiple=args.pad_multiple,
+                       emission_slack=args.emission_slack, band_limit_share=args.band_limit_share,
+                       lead_silence_share=args.lead_silence_share)
+
+    def batch_of(step: int):
+        """The batch of `step`, submitted; augmentation randomness is a function of the step, so a resumed run
+        draws the same batches."""
         epoch, position, indices = next(plan)
         at = args.step_offset + step  # the curriculum counts over all legs of a relay
         chunk = attention_chunk(at, args.seed, args.curriculum_steps, args.full_context_share, args.chunk_range)
         augment = at >= (args.curriculum_steps if args.augment_after is None else args.augment_after)
-        batch = make_batch([rows[i] for i in indices], tokenizer, random.Random(args.seed * 7919 + at),
-                           augment=augment, pad_multiple=args.pad_multiple,
-                           emission_slack=args.emission_slack, band_limit_share=args.band_limit_share,
-                           lead_silence_share=args.lead_silence_share)
-        return epoch, position, chunk, batch
+        return epoch, position, chunk, maker.submit([rows[i] for i in indices], args.seed * 7919 + at, augment)
 
-    # One thread reads and featurises the next batch while torch runs this one (it releases the GIL).
-    prefetch = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="batches")
-    pending = prefetch.submit(load_batch, state["step"])
+    ahead = collections.deque(batch_of(state["step"] + k) for k in range(maker.depth))
     while state["step"] < args.max_steps and not stop["flag"]:
-        epoch, position, chunk, batch = pending.result()
-        x, xl, y, yl, earliest = (t.to(device, non_blocking=True) if t is not None else None for t in batch)
-        pending = prefetch.submit(load_batch, state["step"] + 1)
+        epoch, position, chunk, batch = ahead.popleft()
+        x, xl, y, yl, earliest = (t.to(device, non_blocking=True) if t is not None else None
+                                  for t in batch.result())
+        ahead.append(batch_of(state["step"] + maker.depth))
         lr = lr_at(args.step_offset + state["step"] + 1, args.lr, args.warmup)
         if args.rewarm_steps:
             lr *= min(1.0, (state["step"] + 1) / args.rewarm_steps)
@@ -301,7 +306,7 @@ def main(argv=None) -> int:
             t_last_save = time.monotonic()
         if state["elapsed"] >= budget_s:
             break
-    prefetch.shutdown(wait=True, cancel_futures=True)
+    maker.close()
     bar.close()
     log.close()
     save_checkpoint()

@@ -69,6 +69,7 @@ def test_a_gpu_leg_trains_with_the_relay_schedule_and_the_tree_on_its_path(tmp_p
     assert training[training.index("--step-offset") + 1] == str(state["step"])
     assert training[training.index("--dropout") + 1] == str(state["network"]["dropout"])
     assert training[training.index("--device") + 1] == "cuda" and "--bf16" in training
+    assert int(training[training.index("--loader-workers") + 1]) >= 1  # the cores make the GPU's batches
     assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/tmp/site"]
     assert finalize[:len(training)] == training and "--finalize" in finalize
 

@@ -107,6 +107,22 @@ def test_resumed_run_equals_uninterrupted_run(corpus: Path, tmp_path: Path) -> N
     assert [row.split("\t")[0] for row in log[1:]] == [str(s) for s in range(1, 7)]
 
 
+def test_batches_made_by_worker_processes_train_the_same_weights(corpus: Path, tmp_path: Path) -> None:
+    """--loader-workers (a GPU leg's batch making) changes where a batch is made, not what it holds: augmented
+    batches (speed, band limit, leading silence, SpecAugment) from two processes train exactly the weights of
+    the one-thread run, and the run resumes from its checkpoint as before."""
+    augmented = ["--max-steps", "4", "--band-limit-share", "0.5", "--lead-silence-share", "0.5"]
+    thread = train(corpus, tmp_path / "thread", *augmented)
+    assert thread.returncode == 0, thread.stderr
+    processes = train(corpus, tmp_path / "processes", *augmented[:1], "2", *augmented[2:], "--loader-workers", "2")
+    assert processes.returncode == 0, processes.stderr
+    resumed = train(corpus, tmp_path / "processes", *augmented, "--loader-workers", "2")
+    assert resumed.returncode == 0 and "resumed at step 2" in resumed.stderr, resumed.stderr
+    a, b = weights(tmp_path / "thread"), weights(tmp_path / "processes")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+
+
 def test_training_lowers_the_loss_and_writes_a_wenet_model_dir(corpus: Path, tmp_path: Path) -> None:
     from asr_server.asr.nn.checkpoint import load_model_dir
 
