@@ -97,6 +97,10 @@ def summary(rows: Iterable[dict]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
+# Utterance id prefixes of the games' recorded lines: the real speech of a leg's split, the rest is synthetic.
+REAL_SPEECH = ("fotaq_", "drascula_", "bass_", "uqm_")
+
+
 def leg_name(leg: int, with_uqm: bool) -> str:
     """A relay leg's folder name under ROOT/legs and ROOT/exp. A leg that trains on The Ur-Quan Masters'
     non-commercial lines has folders of its own, so a licence-clean relay never reuses its data or its

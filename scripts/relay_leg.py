@@ -35,7 +35,7 @@ import soundfile as sf
 import soxr
 
 from asr_data import clip_check
-from asr_data.manifest import latest_rows, leg_name
+from asr_data.manifest import REAL_SPEECH, latest_rows, leg_name
 from asr_server.asr.training.relay_args import relay_train_args
 
 REPO = Path(__file__).resolve().parent.parent
@@ -103,7 +103,6 @@ def make_data(leg: int, minutes: float, seed: int, with_uqm: bool) -> Path:
 
 
 KALDI_FILES = ("wav.scp", "text", "utt2dur", "utt2spk")  # the files of a training split that a leg joins
-REAL_SPEECH = ("fotaq_", "drascula_", "bass_", "uqm_")  # utterance id prefixes of the games' recorded lines
 NON_COMMERCIAL = "uqm_"  # the prefix of lines a licence-clean model must never train on
 CLEAN_STATE = REPO / "models" / "open_en_wip"  # licence-clean: the default's successor (never --with-uqm)
 

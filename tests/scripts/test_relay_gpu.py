@@ -10,11 +10,13 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from tests.conftest import ROOT
@@ -41,10 +43,37 @@ def test_pack_writes_opus_that_reads_back_real_speech_first(tmp_path):
     audio, rate = sf.read(out / "audio" / "fotaq_train_a.opus", dtype="float32")
     assert rate == 16000 and abs(audio.size - 32000) < 2000 and np.abs(audio).max() > 0.1
     assert (out / "text").read_text().splitlines()[0] == "fotaq_train_a words of fotaq_train_a"
+    # at the bitrate the size budget assumes (a tone of 2 s: the Ogg pages' overhead weighs more than in speech)
+    kbps = 8 * (out / "audio" / "fotaq_train_a.opus").stat().st_size / 2 / 1000
+    assert relay.OPUS_KBPS * 0.8 < kbps < relay.OPUS_KBPS * 1.4, kbps
     # a budget smaller than two files keeps the first only
     assert relay.main(["pack", "--data", str(src), "--out", str(out), "--max-mib",
                        str((out / "audio" / "fotaq_train_a.opus").stat().st_size * 1.5 / 2**20)]) == 0
     assert len((out / "wav.scp").read_text().splitlines()) == 1
+
+
+def test_a_pack_alternates_real_and_synthetic_speech_so_a_budget_keeps_the_mix():
+    relay = load_script("relay_gpu")
+    utts = ["train_000002", "fotaq_train_b", "train_000001", "bass_train_a", "train_000003", "drascula_train_c"]
+    assert relay.pack_order(utts) == ["bass_train_a", "train_000001", "drascula_train_c", "train_000002",
+                                      "fotaq_train_b", "train_000003"]
+    assert relay.pack_order(["train_1", "fotaq_a", "train_0"]) == ["fotaq_a", "train_0", "train_1"]
+
+
+def test_the_pack_budget_is_what_the_tree_and_the_wheels_leave_of_what_travels(tmp_path, monkeypatch):
+    """The device tool carries the working tree (tracked and untracked files git does not ignore) with the pack
+    and the wheels: 64 MiB in all, or the call is refused."""
+    relay = load_script("relay_gpu")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/relay_pack/\n/.whl/\n")
+    (tmp_path / "model.bin").write_bytes(b"\0" * 10 * 2**20)
+    (tmp_path / ".whl").mkdir()
+    (tmp_path / ".whl" / "a.whl").write_bytes(b"\0" * 2**20)
+    (tmp_path / "relay_pack").mkdir()
+    (tmp_path / "relay_pack" / "old.opus").write_bytes(b"\0" * 5 * 2**20)  # an earlier pack: replaced, not added
+    monkeypatch.setattr(relay, "REPO", tmp_path)
+    budget = relay.travel_budget_mib()
+    assert budget == pytest.approx(64 - 10 - 1 - relay.TRAVEL_MARGIN_MIB, abs=0.01)
 
 
 def test_a_gpu_leg_trains_with_the_relay_schedule_and_the_tree_on_its_path(tmp_path, monkeypatch):
