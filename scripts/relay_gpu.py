@@ -4,24 +4,25 @@ at once. Only 64 MiB travel to the GPU machine, the working tree (about 30 MiB) 
 come back, so a leg's audio goes as Ogg/Opus (16 kbit/s: about 4 h in the 30 MiB left) and only the fp16
 weights come back.
 
-    python scripts/relay_gpu.py pack --leg 2            # ROOT/legs/leg2/train -> relay_pack/ (Opus, wav.scp, text)
     python scripts/relay_gpu.py wheels                  # what the GPU image lacks, for its Python 3.12
+    python scripts/relay_gpu.py pack --leg 2            # ROOT/legs/leg2/train -> relay_pack/ (Opus, wav.scp, text)
     # on the GPU machine (the device tool's run, carry: relay_pack, .whl), at most 10 minutes a call:
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site &&
       python3 scripts/relay_gpu.py train --minutes 8 --out $OUT
     # back here, with the files that came back:
     python scripts/relay_gpu.py adopt --final FILES_AT/final   # evaluate, then write models/open_en_wip
 
-`train` continues models/open_en_wip with the relay's network and schedule (relay.json) on CUDA with bf16 and a
-larger batch, made by worker processes on the machine's cores; the optimiser's moments stay behind (they would
-not fit what comes back), as between CPU legs.
+`train` decodes the pack to WAV once, then continues models/open_en_wip with the relay's network and schedule
+(relay.json) on CUDA with bf16 and a larger batch, made by worker processes on the machine's cores; the
+optimiser's moments stay behind (they would not fit what comes back), as between CPU legs.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import concurrent.futures
 import io
-import itertools
 import json
 import os
 import shutil
@@ -40,6 +41,9 @@ ROOT = Path(os.environ.get("ASR_DATA", "/work/asr_data"))
 PACK = REPO / "relay_pack"
 STATE = REPO / "models" / "open_en_wip"
 OPUS_KBPS = 16
+DEFAULT_OPUS_LEVEL = 0.97  # about 16 kbit/s for 16 kHz mono speech (see opus_level)
+CALIBRATION_UTTS = 20  # the pack's first utterances, on which the Opus level is measured
+MIN_PACK_MIB = 4  # less than about half an hour of speech is not worth a GPU window
 TRAVEL_MIB = 64  # the device tool's limit on what travels (working tree and carried paths)
 TRAVEL_MARGIN_MIB = 2  # files the run itself adds (none planned) and rounding
 GPU_BATCH = 128
@@ -60,59 +64,83 @@ def travel_budget_mib() -> float:
     return (TRAVEL_MIB * 2**20 - tree - wheels) / 2**20 - TRAVEL_MARGIN_MIB
 
 
+def source_of(utt: str) -> str:
+    """The game an utterance's line comes from (its id prefix), or "synthetic"."""
+    return next((prefix for prefix in REAL_SPEECH if utt.startswith(prefix)), "synthetic")
+
+
 def pack_order(utts) -> list[str]:
-    """Real and synthetic utterances alternately (real first), so that a size budget cuts both kinds alike and
-    the pack keeps the legs' mix of about half real speech (each kind in id order: deterministic)."""
-    real = sorted(u for u in utts if u.startswith(REAL_SPEECH))
-    synthetic = sorted(u for u in utts if not u.startswith(REAL_SPEECH))
-    return [u for pair in itertools.zip_longest(real, synthetic) for u in pair if u is not None]
+    """Every source (each game, the synthetic speech) spread evenly over the order, in proportion to its size, so
+    that whatever prefix a size budget keeps has the leg's mix of games and synthetic speech. Within a source, id
+    order; deterministic."""
+    sources: dict[str, list[str]] = {}
+    for utt in sorted(utts):
+        sources.setdefault(source_of(utt), []).append(utt)
+    placed = [((rank + 0.5) / len(members), name, utt)
+              for name, members in sources.items() for rank, utt in enumerate(members)]
+    return [utt for _, _, utt in sorted(placed)]
 
 
 def pack(args) -> int:
-    """The leg's training utterances as Opus under --out, until --max-mib (real and synthetic alternately)."""
+    """The leg's training utterances as Opus under --out, until --max-mib (every source in proportion)."""
     import soundfile as sf
 
     src = args.data or ROOT / "legs" / f"leg{args.leg}" / "train"
     wavs = dict(line.split(maxsplit=1) for line in (src / "wav.scp").read_text().splitlines())
     texts = dict(line.split(maxsplit=1) for line in (src / "text").read_text(encoding="utf-8").splitlines()
                  if len(line.split(maxsplit=1)) == 2)
-    order = pack_order(wavs)
+    order = [utt for utt in pack_order(wavs) if utt in texts]
     if args.max_mib is None:
+        if not any((REPO / ".whl").glob("*.whl")):
+            sys.exit("run `relay_gpu.py wheels` first: they travel with the pack, and its budget counts them")
         args.max_mib = travel_budget_mib()
+    if args.max_mib < MIN_PACK_MIB:
+        sys.exit(f"only {args.max_mib:.1f} MiB of the {TRAVEL_MIB} that travel are left for the pack "
+                 f"(at least {MIN_PACK_MIB} needed): the working tree takes the rest")
+    level = opus_level([sf.read(wavs[utt].strip(), dtype="float32") for utt in order[:CALIBRATION_UTTS]],
+                       OPUS_KBPS)
     out = args.out
     if out.exists():
         shutil.rmtree(out)
     (out / "audio").mkdir(parents=True)
-    scp, text, size, seconds, level = [], [], 0, 0.0, None
+    scp, text, size, seconds = [], [], 0, 0.0
     for utt in order:
-        if utt not in texts:
-            continue
         audio, rate = sf.read(wavs[utt].strip(), dtype="float32")
-        if level is None:
-            level = opus_level(audio, rate, OPUS_KBPS)
         path = out / "audio" / f"{utt}.opus"
         sf.write(path, audio, rate, format="OGG", subtype="OPUS", compression_level=level)
-        size += path.stat().st_size
-        if size > args.max_mib * 2**20:
+        lines = (f"{utt} {path.relative_to(REPO) if path.is_relative_to(REPO) else path}\n", f"{utt} {texts[utt]}\n")
+        grown = size + path.stat().st_size + sum(len(line.encode()) for line in lines)  # the lists travel too
+        if grown > args.max_mib * 2**20:
             path.unlink()
             break
-        seconds += audio.shape[0] / rate
-        scp.append(f"{utt} {path.relative_to(REPO) if path.is_relative_to(REPO) else path}\n")
-        text.append(f"{utt} {texts[utt]}\n")
+        size, seconds = grown, seconds + audio.shape[0] / rate
+        scp.append(lines[0])
+        text.append(lines[1])
+    if not scp:
+        sys.exit(f"{out}: no utterance fits in {args.max_mib:.1f} MiB")
     (out / "wav.scp").write_text("".join(scp))
     (out / "text").write_text("".join(text), encoding="utf-8")
-    kbps = 8 * size / max(seconds, 1e-9) / 1000
-    print(f"{out}: {len(scp)} of {len(order)} utterances, {seconds / 3600:.2f} h in {size / 2**20:.1f} MiB "
-          f"({kbps:.1f} kbit/s)")
+    kbps = 8 * size / seconds / 1000
+    kinds = collections.Counter(source_of(line.split()[0]) for line in scp)
+    print(f"{out}: {len(scp)} of {len(order)} utterances ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}), "
+          f"{seconds / 3600:.2f} h in {size / 2**20:.1f} MiB ({kbps:.1f} kbit/s)")
     return 0
 
 
-def opus_level(audio, rate: int, kbps: float) -> float:
+def opus_level(clips: list, kbps: float) -> float:
     """The compression level that gives Opus about `kbps`. soundfile sets the codec's bitrate only through
     libsndfile's compression level in [0, 1], which libsndfile maps linearly from the highest bitrate to the
     lowest (here 262 and 8 kbit/s for 16 kHz mono speech; a level of 0.75 gave 72 kbit/s, not 16): both ends
-    are measured on this audio and the level interpolated."""
+    are measured on `clips` ((audio, rate) pairs, joined: the pack's first utterances, so that neither silence
+    nor the Ogg pages of one short file decide) and the level interpolated. Where they cannot be measured
+    (no audio, or no difference between the ends), the level those figures give."""
+    import numpy as np
     import soundfile as sf
+
+    audio = np.concatenate([a for a, _ in clips]) if clips else np.zeros(0, np.float32)
+    rate = clips[0][1] if clips else 16000
+    if audio.shape[0] < rate:  # under a second: nothing to measure
+        return DEFAULT_OPUS_LEVEL
 
     def rate_at(level: float) -> float:
         buffer = io.BytesIO()
@@ -120,25 +148,61 @@ def opus_level(audio, rate: int, kbps: float) -> float:
         return 8 * len(buffer.getvalue()) / (audio.shape[0] / rate) / 1000
 
     highest, lowest = rate_at(0.0), rate_at(1.0)
+    if highest - lowest < 1.0:
+        return DEFAULT_OPUS_LEVEL
     return min(1.0, max(0.0, (highest - kbps) / (highest - lowest)))
 
 
 def wheels(args) -> int:
-    """Wheels the GPU image lacks, for its Python 3.12 (.whl/ is ignored by git and carried by the run)."""
+    """Wheels the GPU image lacks, for its Python 3.12, at the versions this environment tests (.whl/ is ignored
+    by git and carried by the run). The folder is emptied first: two versions of one package there would stop the
+    install on the GPU machine at its first line."""
+    import importlib.metadata
+
     dest = REPO / ".whl"
-    dest.mkdir(exist_ok=True)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir()
+    pinned = [f"{name}=={importlib.metadata.version(name)}" for name in WHEELS]
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
                     "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64", "--platform",
-                    "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", "-d", str(dest), *WHEELS],
+                    "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", "-d", str(dest), *pinned],
                    check=True)
     return 0
+
+
+def unpack(pack_dir: Path, dest: Path, workers: int) -> Path:
+    """The pack's Opus decoded once into 16-bit WAV under `dest` (a Kaldi dir): decoding Opus is most of what a
+    batch costs to make (22 against 6 ms of CPU an utterance), and a GPU leg reads each utterance many times."""
+    lines = [line.split(maxsplit=1) for line in (pack_dir / "wav.scp").read_text().splitlines()]
+    if (dest / "wav.scp").exists() and len((dest / "wav.scp").read_text().splitlines()) == len(lines):
+        return dest  # a second run on the same machine
+    (dest / "audio").mkdir(parents=True, exist_ok=True)
+    jobs = [(str(REPO / path if not Path(path).is_absolute() else path), str(dest / "audio" / f"{utt}.wav"))
+            for utt, path in lines]
+    with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+        list(pool.map(_decode, jobs, chunksize=64))
+    (dest / "wav.scp").write_text("".join(f"{utt} {wav}\n" for (utt, _), (_, wav) in zip(lines, jobs)))
+    shutil.copyfile(pack_dir / "text", dest / "text")
+    return dest
+
+
+def _decode(job: tuple[str, str]) -> None:
+    import soundfile as sf
+
+    source, target = job
+    audio, rate = sf.read(source, dtype="float32")
+    sf.write(target, audio, rate, subtype="PCM_16")
 
 
 def train(args) -> int:
     """Continue the relay's model on this machine's GPU for --minutes; the fp16 model dir goes to OUT/final."""
     state = json.loads((STATE / "relay.json").read_text())
     exp = Path(args.exp)
-    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), "--data", str(args.pack), "--exp", str(exp),
+    t0 = time.time()
+    data = unpack(args.pack, Path(args.exp + "_wav"), args.loader_workers)
+    print(f"unpacked {args.pack} in {time.time() - t0:.0f} s", flush=True)
+    cmd = [sys.executable, str(REPO / "scripts" / "train.py"), "--data", str(data), "--exp", str(exp),
            "--max-minutes", str(args.minutes), "--save-minutes", "100", "--device", args.device,
            # the step runs on the GPU; the cores make its batches (one thread would make a batch of 128 in
            # about 3 s, where the GPU needs well under one)
@@ -150,7 +214,6 @@ def train(args) -> int:
     # train.py imports the project from this tree (nothing is installed there) and the carried wheels from
     # the PYTHONPATH the run set
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    t0 = time.time()
     subprocess.run(cmd, check=True, env=env)
     subprocess.run([*cmd, "--finalize", "--fp16-weights", "--final-dir", str(args.out / "final")], check=True, env=env)
     shutil.copyfile(exp / "train_log.tsv", args.out / "train_log.tsv")
@@ -187,8 +250,8 @@ def main(argv=None) -> int:
     p.add_argument("--exp", default="/tmp/relay_gpu_exp")
     p.add_argument("--batch", type=int, default=GPU_BATCH)
     p.add_argument("--device", default="cuda")
-    p.add_argument("--loader-workers", type=int, default=max(1, (os.cpu_count() or 2) - 2),
-                   help="processes making batches (default: the cores but two)")
+    p.add_argument("--loader-workers", type=int, default=min(16, max(1, len(os.sched_getaffinity(0)) - 2)),
+                   help="processes making batches (default: the cores this process may use, but two, at most 16)")
     p = sub.add_parser("adopt")
     p.add_argument("--final", type=Path, required=True)
     args = ap.parse_args(argv)

@@ -275,9 +275,16 @@ def main(argv=None) -> int:
 
     ahead = collections.deque(batch_of(state["step"] + k) for k in range(maker.depth))
     while state["step"] < args.max_steps and not stop["flag"]:
-        epoch, position, chunk, batch = ahead.popleft()
-        x, xl, y, yl, earliest = (t.to(device, non_blocking=True) if t is not None else None
-                                  for t in batch.result())
+        epoch, position, chunk, pending = ahead.popleft()
+        try:
+            tensors = pending.result()
+        except BaseException:
+            # a batch that could not be made (e.g. a worker process killed): the steps taken so far are kept,
+            # and a rerun resumes after the last of them
+            maker.close()
+            save_checkpoint()
+            raise
+        x, xl, y, yl, earliest = (t.to(device, non_blocking=True) if t is not None else None for t in tensors)
         ahead.append(batch_of(state["step"] + maker.depth))
         lr = lr_at(args.step_offset + state["step"] + 1, args.lr, args.warmup)
         if args.rewarm_steps:

@@ -5,8 +5,8 @@ the relay's schedule; what it imports is on the GPU image or carried."""
 from __future__ import annotations
 
 import ast
+import collections
 import importlib.metadata
-import importlib.util
 import json
 import os
 import re
@@ -23,41 +23,93 @@ from tests.conftest import ROOT
 from tests.helpers.scripts import load_script
 
 
-def test_pack_writes_opus_that_reads_back_real_speech_first(tmp_path):
-    relay = load_script("relay_gpu")
-    src = tmp_path / "train"
-    src.mkdir()
-    t = np.arange(32000) / 16000
+def _tone_dir(root: Path, utts: list[str], seconds: float = 2.0) -> Path:
+    """A Kaldi dir of 440 Hz tones, one per utterance id."""
+    root.mkdir()
+    t = np.arange(int(seconds * 16000)) / 16000
     scp, text = [], []
-    for utt in ("train_020001", "fotaq_train_a", "train_020000"):
-        path = src / f"{utt}.flac"
+    for utt in utts:
+        path = root / f"{utt}.flac"
         sf.write(path, (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 16000, subtype="PCM_16")
         scp.append(f"{utt} {path}\n")
         text.append(f"{utt} words of {utt}\n")
-    (src / "wav.scp").write_text("".join(scp))
-    (src / "text").write_text("".join(text))
+    (root / "wav.scp").write_text("".join(scp))
+    (root / "text").write_text("".join(text))
+    return root
+
+
+def test_pack_writes_opus_at_its_bitrate_that_reads_back(tmp_path, monkeypatch):
+    relay = load_script("relay_gpu")
+    src = _tone_dir(tmp_path / "train", ["train_020001", "fotaq_train_a", "train_020000"])
     out = tmp_path / "pack"
-    assert relay.main(["pack", "--data", str(src), "--out", str(out)]) == 0
+    assert relay.main(["pack", "--data", str(src), "--out", str(out), "--max-mib", "8"]) == 0
     utts = [line.split()[0] for line in (out / "wav.scp").read_text().splitlines()]
-    assert utts == ["fotaq_train_a", "train_020000", "train_020001"]
+    assert utts == ["train_020000", "fotaq_train_a", "train_020001"]
     audio, rate = sf.read(out / "audio" / "fotaq_train_a.opus", dtype="float32")
     assert rate == 16000 and abs(audio.size - 32000) < 2000 and np.abs(audio).max() > 0.1
-    assert (out / "text").read_text().splitlines()[0] == "fotaq_train_a words of fotaq_train_a"
+    assert (out / "text").read_text().splitlines()[1] == "fotaq_train_a words of fotaq_train_a"
     # at the bitrate the size budget assumes (a tone of 2 s: the Ogg pages' overhead weighs more than in speech)
     kbps = 8 * (out / "audio" / "fotaq_train_a.opus").stat().st_size / 2 / 1000
     assert relay.OPUS_KBPS * 0.8 < kbps < relay.OPUS_KBPS * 1.4, kbps
     # a budget smaller than two files keeps the first only
+    monkeypatch.setattr(relay, "MIN_PACK_MIB", 0)
     assert relay.main(["pack", "--data", str(src), "--out", str(out), "--max-mib",
                        str((out / "audio" / "fotaq_train_a.opus").stat().st_size * 1.5 / 2**20)]) == 0
     assert len((out / "wav.scp").read_text().splitlines()) == 1
+    # and one smaller than any file is refused, not an empty pack for the GPU to fail on
+    with pytest.raises(SystemExit, match="no utterance fits"):
+        relay.main(["pack", "--data", str(src), "--out", str(out), "--max-mib", "0.0001"])
 
 
-def test_a_pack_alternates_real_and_synthetic_speech_so_a_budget_keeps_the_mix():
+def test_a_pack_is_refused_before_the_wheels_it_travels_with_or_without_room(tmp_path, monkeypatch):
+    relay = load_script("relay_gpu")
+    src = _tone_dir(tmp_path / "train", ["train_000000"])
+    monkeypatch.setattr(relay, "REPO", tmp_path)
+    with pytest.raises(SystemExit, match="wheels` first"):
+        relay.main(["pack", "--data", str(src), "--out", str(tmp_path / "pack")])
+    with pytest.raises(SystemExit, match="are left for the pack"):
+        relay.main(["pack", "--data", str(src), "--out", str(tmp_path / "pack"), "--max-mib", "1"])
+
+
+def test_a_pack_spreads_every_source_so_any_budget_keeps_the_mix():
     relay = load_script("relay_gpu")
     utts = ["train_000002", "fotaq_train_b", "train_000001", "bass_train_a", "train_000003", "drascula_train_c"]
-    assert relay.pack_order(utts) == ["bass_train_a", "train_000001", "drascula_train_c", "train_000002",
-                                      "fotaq_train_b", "train_000003"]
-    assert relay.pack_order(["train_1", "fotaq_a", "train_0"]) == ["fotaq_a", "train_0", "train_1"]
+    assert relay.pack_order(utts) == ["train_000001", "bass_train_a", "drascula_train_c", "fotaq_train_b",
+                                      "train_000002", "train_000003"]
+    sizes = {"bass_": 300, "fotaq_": 100, "drascula_": 20, "synthetic": 200}
+    many = [f"{prefix if prefix != 'synthetic' else 'train_'}{i:05d}" for prefix, n in sizes.items() for i in range(n)]
+    order = relay.pack_order(many)
+    assert sorted(order) == sorted(many)
+    for kept in (10, 77, 300, 599):
+        counts = collections.Counter(relay.source_of(u) for u in order[:kept])
+        for source, n in sizes.items():
+            assert abs(counts[source] - kept * n / len(many)) <= 1, (kept, source, counts)
+
+
+def test_the_opus_level_falls_back_where_nothing_can_be_measured():
+    relay = load_script("relay_gpu")
+    t = np.arange(16000 * 4) / 16000
+    speechlike = (0.3 * np.sin(2 * np.pi * 300 * t) * np.sin(2 * np.pi * 3 * t)).astype(np.float32)
+    level = relay.opus_level([(speechlike, 16000)], relay.OPUS_KBPS)
+    assert 0.9 < level < 1.0
+    assert relay.opus_level([], relay.OPUS_KBPS) == relay.DEFAULT_OPUS_LEVEL
+    assert relay.opus_level([(np.zeros(800, np.float32), 16000)], relay.OPUS_KBPS) == relay.DEFAULT_OPUS_LEVEL
+
+
+def test_unpack_decodes_the_pack_to_wav_once(tmp_path):
+    relay = load_script("relay_gpu")
+    src = _tone_dir(tmp_path / "train", ["fotaq_train_a", "train_000000"])
+    pack = tmp_path / "pack"
+    assert relay.main(["pack", "--data", str(src), "--out", str(pack), "--max-mib", "8"]) == 0
+    data = relay.unpack(pack, tmp_path / "wav", 2)
+    rows = dict(line.split(maxsplit=1) for line in (data / "wav.scp").read_text().splitlines())
+    assert sorted(rows) == ["fotaq_train_a", "train_000000"]
+    audio, rate = sf.read(rows["fotaq_train_a"], dtype="float32")
+    assert rate == 16000 and abs(audio.size - 32000) < 2000 and np.abs(audio).max() > 0.1
+    assert (data / "text").read_text() == (pack / "text").read_text()
+    stamp = Path(rows["fotaq_train_a"]).stat().st_mtime_ns
+    relay.unpack(pack, tmp_path / "wav", 2)  # a second run on the same machine reuses it
+    assert Path(rows["fotaq_train_a"]).stat().st_mtime_ns == stamp
 
 
 def test_the_pack_budget_is_what_the_tree_and_the_wheels_leave_of_what_travels(tmp_path, monkeypatch):
@@ -88,6 +140,7 @@ def test_a_gpu_leg_trains_with_the_relay_schedule_and_the_tree_on_its_path(tmp_p
     runs = []
     monkeypatch.setattr(relay.subprocess, "run", lambda cmd, **kw: runs.append((cmd, kw["env"])))
     monkeypatch.setattr(relay.shutil, "copyfile", lambda *a: None)
+    monkeypatch.setattr(relay, "unpack", lambda pack, dest, workers: dest)
     monkeypatch.setenv("PYTHONPATH", "/tmp/site")
     out = tmp_path / "out"
     out.mkdir()
@@ -103,9 +156,13 @@ def test_a_gpu_leg_trains_with_the_relay_schedule_and_the_tree_on_its_path(tmp_p
     assert finalize[:len(training)] == training and "--finalize" in finalize
 
 
-def _third_party_imports(script: Path) -> set[str]:
-    """Top-level modules outside the standard library that `script` and the project modules it reaches import
-    (anywhere in them, lazily too), except imports guarded by `except ImportError` (optional ones)."""
+# Imported lazily by a module training reaches, never on training's path; each with why.
+NOT_TRAININGS = {"kaldifeat": "batched fbank on a GPU for serving (asr_server.asr.features.fbank), built from source"}
+
+
+def _third_party_imports(*scripts: Path) -> set[str]:
+    """Top-level modules outside the standard library that `scripts` and the project modules they reach import
+    (anywhere in them, lazily too), except third-party imports guarded by `except ImportError` (optional ones)."""
     own = {"asr_server", "asr_data"}
 
     def module_file(dotted: str) -> Optional[Path]:
@@ -116,13 +173,14 @@ def _third_party_imports(script: Path) -> set[str]:
         guarded = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Try) and any(
-                isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+                isinstance(caught, ast.Name) and caught.id in ("ImportError", "ModuleNotFoundError")
                 for h in node.handlers
+                for caught in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])
             ):
                 guarded |= {id(n) for statement in node.body for n in ast.walk(statement)}
         return guarded
 
-    found, seen, todo = set(), set(), [script]
+    found, seen, todo = set(), set(), list(scripts)
     while todo:
         path = todo.pop()
         if path in seen:
@@ -132,8 +190,6 @@ def _third_party_imports(script: Path) -> set[str]:
         guarded = optional(tree)
         package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
         for node in ast.walk(tree):
-            if id(node) in guarded:
-                continue
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -149,22 +205,21 @@ def _third_party_imports(script: Path) -> set[str]:
                 if top in own:
                     todo += [f for f in (module_file(".".join(name.split(".")[:i]))
                                          for i in range(1, name.count(".") + 2)) if f]
-                elif top and top != "__future__" and top not in sys.stdlib_module_names:
+                elif top and top != "__future__" and top not in sys.stdlib_module_names and id(node) not in guarded:
                     found.add(top)
     return found
 
 
 def test_the_gpu_image_and_the_carried_wheels_hold_everything_training_imports():
-    """What scripts/train.py imports is on the GPU image or among the wheels `relay_gpu.py wheels` fetches, and so
-    is everything those wheels require: a module missing there would end a GPU window at its first line. A
-    lazy import this environment cannot satisfy either (kaldifeat: GPU features for serving) is not training's."""
+    """What scripts/relay_gpu.py and scripts/train.py import is on the GPU image or among the wheels `relay_gpu.py
+    wheels` fetches, and so is everything those wheels require: a module missing there would end a GPU window at
+    its first line."""
     relay = load_script("relay_gpu")
     distributions = importlib.metadata.packages_distributions()
     needed = set()
-    for module in _third_party_imports(ROOT / "scripts" / "train.py"):
-        if importlib.util.find_spec(module) is None:
-            continue
-        needed |= {_canonical(d) for d in distributions[module]}
+    for module in _third_party_imports(ROOT / "scripts" / "relay_gpu.py", ROOT / "scripts" / "train.py"):
+        if module not in NOT_TRAININGS:
+            needed |= {_canonical(d) for d in distributions[module]}
     assert {"torch", "kaldi-native-fbank", "soundfile", "soxr"} <= needed  # the walk reaches the audio path
     on_image = {_canonical(d) for d in relay.IMAGE_PACKAGES}
     carried = {_canonical(d) for d in relay.WHEELS}

@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -80,9 +82,11 @@ def train(corpus: Path, exp: Path, *extra: str) -> Run:
 
 
 def test_the_command_line_trains_and_finalizes(corpus: Path, tmp_path: Path) -> None:
+    # with a batch-making worker: a spawned process re-imports train.py as __mp_main__, which only a script run
+    # exercises
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), "--data", str(corpus), "--exp",
-                          str(tmp_path / "exp"), *TINY, "--max-steps", "2"], capture_output=True, text=True,
-                         timeout=300)
+                          str(tmp_path / "exp"), *TINY, "--max-steps", "2", "--loader-workers", "1"],
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "exp" / "final" / "final.pt").is_file() and "wrote" in run.stderr
 
@@ -121,6 +125,29 @@ def test_batches_made_by_worker_processes_train_the_same_weights(corpus: Path, t
     a, b = weights(tmp_path / "thread"), weights(tmp_path / "processes")
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+
+
+def test_ctrl_c_to_the_process_group_stops_a_run_with_workers_at_a_checkpoint(corpus: Path, tmp_path: Path) -> None:
+    """Ctrl-C reaches the batch-making workers too; they leave it to the trainer, which finishes its step and saves
+    (a worker killed by it would break the pool under the trainer and lose the run since its last save)."""
+    exp = tmp_path / "exp"
+    run = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "train.py"), "--data", str(corpus), "--exp",
+                            str(exp), *TINY, "--save-minutes", "100", "--loader-workers", "2"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not (
+                (exp / "train_log.tsv").exists() and len((exp / "train_log.tsv").read_text().splitlines()) > 2):
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGINT)
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 0, stderr
+    assert "interrupted at step" in stderr and "Traceback" not in stderr, stderr
+    steps = torch.load(exp / "checkpoint.pt", map_location="cpu", weights_only=False)["state"]["step"]
+    assert steps >= 2
 
 
 def test_training_lowers_the_loss_and_writes_a_wenet_model_dir(corpus: Path, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import random
+import signal
 from typing import Optional
 
 import torch
@@ -22,23 +23,41 @@ from ..units import Tokenizer
 from .batching import make_batch
 
 # Set in each worker process by _start_worker: what every batch of the run shares.
-_worker: Optional[tuple[Tokenizer, dict]] = None
+_shared: Optional[tuple[Tokenizer, dict]] = None
 
 
 def _start_worker(tokenizer: Tokenizer, options: dict) -> None:
-    global _worker
+    global _shared
+    # Ctrl-C or a SIGTERM to the process group is the parent's to handle: it finishes its step and saves its
+    # checkpoint, which a worker killed under it would prevent (the pool would break). A worker ends when the
+    # parent closes the pool or dies (its pipe closes).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(1)  # the workers are as many as the cores: no intra-op threads on top
-    _worker = (tokenizer, options)
+    _shared = (tokenizer, options)
 
 
-def _make_in_worker(items: list, seed: int, augment: bool):
-    tokenizer, options = _worker
-    return make_batch(items, tokenizer, random.Random(seed), augment=augment, **options)
+def _make_in_worker(items: list, seed: int, augment: bool) -> tuple:
+    tokenizer, options = _shared
+    # As numpy arrays: torch tensors would travel through shared memory (/dev/shm), which a container may
+    # keep too small for 2N batches; a pipe copy of a batch is cheap beside making it.
+    return tuple(None if t is None else t.numpy() for t in
+                 make_batch(items, tokenizer, random.Random(seed), augment=augment, **options))
+
+
+class _FromWorker:
+    """A batch being made in a worker process: ``result()`` gives its tensors."""
+
+    def __init__(self, future: concurrent.futures.Future) -> None:
+        self._future = future
+
+    def result(self) -> tuple:
+        return tuple(None if a is None else torch.from_numpy(a) for a in self._future.result())
 
 
 class BatchMaker:
-    """``submit`` a batch's rows; its future gives ``make_batch``'s tensors. ``depth``: how many batches to keep
-    submitted ahead so the step never waits while the workers are busy."""
+    """``submit`` a batch's rows; ``.result()`` of what it returns gives ``make_batch``'s tensors. ``depth``: how
+    many batches to keep submitted ahead so the step never waits while the workers are busy."""
 
     def __init__(self, tokenizer: Tokenizer, workers: int = 0, **options) -> None:
         self._tokenizer, self._options = tokenizer, options
@@ -53,11 +72,12 @@ class BatchMaker:
             self.depth = 1
         self._in_processes = workers > 0
 
-    def submit(self, items: list, seed: int, augment: bool) -> concurrent.futures.Future:
+    def submit(self, items: list, seed: int, augment: bool):
         if self._in_processes:
-            return self._pool.submit(_make_in_worker, items, seed, augment)
+            return _FromWorker(self._pool.submit(_make_in_worker, items, seed, augment))
         return self._pool.submit(make_batch, items, self._tokenizer, random.Random(seed), augment=augment,
                                  **self._options)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Drop the batches made ahead (a run that stops does not wait for them)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
