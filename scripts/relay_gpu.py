@@ -4,7 +4,7 @@ at once. Only 64 MiB travel to the GPU machine, the working tree (about 30 MiB) 
 come back, so a leg's audio goes as Ogg/Opus (16 kbit/s: about 4 h in the 30 MiB left) and only the fp16
 weights come back.
 
-    python scripts/relay_gpu.py wheels                  # what the GPU image lacks, for its Python 3.12
+    python scripts/relay_gpu.py wheels                  # what the GPU image lacks (scripts/gpu_wheels.py relay)
     python scripts/relay_gpu.py pack --leg 2            # ROOT/legs/leg2/train -> relay_pack/ (Opus, wav.scp, text)
     # on the GPU machine (the device tool's run, carry: relay_pack, .whl), at most 10 minutes a call:
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site &&
@@ -47,10 +47,6 @@ MIN_PACK_MIB = 4  # less than about half an hour of speech is not worth a GPU wi
 TRAVEL_MIB = 64  # the device tool's limit on what travels (working tree and carried paths)
 TRAVEL_MARGIN_MIB = 2  # files the run itself adds (none planned) and rounding
 GPU_BATCH = 128
-# What training imports that the GPU image (the device library's KINDS.md, its package list of 2026-11-17) has,
-# and the wheels that carry the rest (with what those need: soundfile needs cffi, cffi needs pycparser).
-IMAGE_PACKAGES = ("torch", "numpy", "scipy", "tqdm", "pyyaml", "sentencepiece", "typing-extensions")
-WHEELS = ("kaldi-native-fbank", "soundfile", "cffi", "pycparser", "soxr")
 
 
 def travel_budget_mib() -> float:
@@ -154,21 +150,8 @@ def opus_level(clips: list, kbps: float) -> float:
 
 
 def wheels(args) -> int:
-    """Wheels the GPU image lacks, for its Python 3.12, at the versions this environment tests (.whl/ is ignored
-    by git and carried by the run). The folder is emptied first: two versions of one package there would stop the
-    install on the GPU machine at its first line."""
-    import importlib.metadata
-
-    dest = REPO / ".whl"
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir()
-    pinned = [f"{name}=={importlib.metadata.version(name)}" for name in WHEELS]
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
-                    "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64", "--platform",
-                    "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", "-d", str(dest), *pinned],
-                   check=True)
-    return 0
+    """The relay's wheel set (scripts/gpu_wheels.py) into .whl/."""
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_wheels.py"), "relay"]).returncode
 
 
 def unpack(pack_dir: Path, dest: Path, workers: int) -> Path:

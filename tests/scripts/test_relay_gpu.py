@@ -4,16 +4,11 @@ the relay's schedule; what it imports is on the GPU image or carried."""
 
 from __future__ import annotations
 
-import ast
 import collections
-import importlib.metadata
 import json
 import os
-import re
 import subprocess
-import sys
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pytest
@@ -154,85 +149,3 @@ def test_a_gpu_leg_trains_with_the_relay_schedule_and_the_tree_on_its_path(tmp_p
     assert int(training[training.index("--loader-workers") + 1]) >= 1  # the cores make the GPU's batches
     assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/tmp/site"]
     assert finalize[:len(training)] == training and "--finalize" in finalize
-
-
-# Imported lazily by a module training reaches, never on training's path; each with why.
-NOT_TRAININGS = {"kaldifeat": "batched fbank on a GPU for serving (asr_server.asr.features.fbank), built from source"}
-
-
-def _third_party_imports(*scripts: Path) -> set[str]:
-    """Top-level modules outside the standard library that `scripts` and the project modules they reach import
-    (anywhere in them, lazily too), except third-party imports guarded by `except ImportError` (optional ones)."""
-    own = {"asr_server", "asr_data"}
-
-    def module_file(dotted: str) -> Optional[Path]:
-        base = ROOT.joinpath(*dotted.split("."))
-        return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.exists()), None)
-
-    def optional(tree: ast.AST) -> set[int]:
-        guarded = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Try) and any(
-                isinstance(caught, ast.Name) and caught.id in ("ImportError", "ModuleNotFoundError")
-                for h in node.handlers
-                for caught in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type])
-            ):
-                guarded |= {id(n) for statement in node.body for n in ast.walk(statement)}
-        return guarded
-
-    found, seen, todo = set(), set(), list(scripts)
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        tree = ast.parse(path.read_text())
-        guarded = optional(tree)
-        package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:  # relative: from the module's package, up level - 1
-                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*parent, *([base] if base else [])])
-                names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                if top in own:
-                    todo += [f for f in (module_file(".".join(name.split(".")[:i]))
-                                         for i in range(1, name.count(".") + 2)) if f]
-                elif top and top != "__future__" and top not in sys.stdlib_module_names and id(node) not in guarded:
-                    found.add(top)
-    return found
-
-
-def test_the_gpu_image_and_the_carried_wheels_hold_everything_training_imports():
-    """What scripts/relay_gpu.py and scripts/train.py import is on the GPU image or among the wheels `relay_gpu.py
-    wheels` fetches, and so is everything those wheels require: a module missing there would end a GPU window at
-    its first line."""
-    relay = load_script("relay_gpu")
-    distributions = importlib.metadata.packages_distributions()
-    needed = set()
-    for module in _third_party_imports(ROOT / "scripts" / "relay_gpu.py", ROOT / "scripts" / "train.py"):
-        if module not in NOT_TRAININGS:
-            needed |= {_canonical(d) for d in distributions[module]}
-    assert {"torch", "kaldi-native-fbank", "soundfile", "soxr"} <= needed  # the walk reaches the audio path
-    on_image = {_canonical(d) for d in relay.IMAGE_PACKAGES}
-    carried = {_canonical(d) for d in relay.WHEELS}
-    assert needed <= on_image | carried, needed - on_image - carried
-    for wheel in carried:
-        requires = importlib.metadata.requires(wheel) or []
-        for requirement in requires:
-            marker_free = requirement.split(";")[0]
-            if "extra ==" in requirement:
-                continue
-            name = _canonical(re.split(r"[\s<>=!~\[(]", marker_free, maxsplit=1)[0])
-            assert name in on_image | carried, f"{wheel} requires {name}, neither on the image nor carried"
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
