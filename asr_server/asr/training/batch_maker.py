@@ -37,12 +37,14 @@ def _start_worker(tokenizer: Tokenizer, options: dict) -> None:
     _shared = (tokenizer, options)
 
 
+def _make(tokenizer: Tokenizer, options: dict, items: list, seed: int, augment: bool) -> tuple:
+    return make_batch(items, tokenizer, random.Random(seed), augment=augment, **options)
+
+
 def _make_in_worker(items: list, seed: int, augment: bool) -> tuple:
-    tokenizer, options = _shared
     # As numpy arrays: torch tensors would travel through shared memory (/dev/shm), which a container may
     # keep too small for 2N batches; a pipe copy of a batch is cheap beside making it.
-    return tuple(None if t is None else t.numpy() for t in
-                 make_batch(items, tokenizer, random.Random(seed), augment=augment, **options))
+    return tuple(None if t is None else t.numpy() for t in _make(*_shared, items, seed, augment))
 
 
 class _FromWorker:
@@ -70,13 +72,11 @@ class BatchMaker:
         else:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="batches")
             self.depth = 1
-        self._in_processes = workers > 0
 
     def submit(self, items: list, seed: int, augment: bool):
-        if self._in_processes:
+        if isinstance(self._pool, concurrent.futures.ProcessPoolExecutor):
             return _FromWorker(self._pool.submit(_make_in_worker, items, seed, augment))
-        return self._pool.submit(make_batch, items, self._tokenizer, random.Random(seed), augment=augment,
-                                 **self._options)
+        return self._pool.submit(_make, self._tokenizer, self._options, items, seed, augment)
 
     def close(self) -> None:
         """Drop the batches made ahead (a run that stops does not wait for them)."""
