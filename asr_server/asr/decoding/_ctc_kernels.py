@@ -142,6 +142,31 @@ def context_step(node, token, child_start, child_token, child_node, fail):
 
 
 @_jit
+def lm_step(state, token, arc_start, arc_token, arc_next, arc_logp, backoff, backoff_logw, unk_logp):
+    """A back-off n-gram's (log p(token | state), next state): the arc of the state's history if it has one,
+    else its back-off weight plus the same question for its back-off state; ``unk_logp`` at the empty history
+    (state 0) when no state lists the token. Arcs are sorted by token within a state (binary search)."""
+    acc = 0.0
+    s = state
+    while True:
+        lo = arc_start[s]
+        hi = arc_start[s + 1]
+        end = hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if arc_token[mid] < token:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < end and arc_token[lo] == token:
+            return acc + arc_logp[lo], np.int64(arc_next[lo])
+        if backoff[s] < 0:
+            return acc + unk_logp, np.int64(0)
+        acc += backoff_logw[s]
+        s = backoff[s]
+
+
+@_jit
 def prefix_beam_advance(
     log_probs,
     ids,
@@ -166,6 +191,17 @@ def prefix_beam_advance(
     node_score,
     is_end,
     full_log_probs,
+    lm_start,
+    lm_token,
+    lm_next,
+    lm_logp,
+    lm_backoff,
+    lm_backoff_logw,
+    lm_unk_logp,
+    lm_weight,
+    lm_bonus,
+    lm_state,
+    lm_score,
 ):
     """Advance a CTC prefix beam by ``n_frames`` frames; returns (n_live, parity).
 
@@ -193,10 +229,16 @@ def prefix_beam_advance(
     to the root) that are not among the frame's candidates: a rare word the encoder never ranks in its top-k
     can then be found, with the bonus, as contextual biasing does (icefall's and sherpa-onnx's searches score
     the whole vocabulary). Without hotwords the search is the same as without ``full_log_probs``.
+
+    Shallow fusion with a token n-gram LM (``token_lm.TokenLm``: lm_start .. lm_unk_logp its arrays, walked by
+    ``lm_step``): lm_state (2, beam) int64 is each prefix's LM state, lm_score (2, beam) float64 its summed LM
+    log-probability; prefixes are then also ranked by lm_weight * lm_score + lm_bonus * length. An LM without
+    arcs (lm_start[-1] == 0) leaves the ranking exactly as without one.
     """
     beam = tokens.shape[1]
     k_max = min(top_k, log_probs.shape[1])
     biased = child_start[1] > 0  # the root has children: some hotword is loaded
+    fused = lm_start[lm_start.shape[0] - 1] > 0  # an LM with arcs is loaded
     expand = biased and full_log_probs.shape[0] > 0
     n_edges = child_token.shape[0]
     # per prefix: the frame's candidates, the hotword tokens it may take next (at most one per edge), a stay
@@ -209,6 +251,8 @@ def prefix_beam_advance(
     slot_node = np.empty(n_slots, np.int64)
     slot_locked = np.empty(n_slots, np.float64)
     slot_taken = np.empty(n_slots, np.bool_)
+    slot_lm_state = np.empty(n_slots, np.int64)
+    slot_lm_score = np.empty(n_slots, np.float64)
     stay_slot = np.empty(beam, np.int64)  # slot holding live prefix j unchanged
     parent = np.empty(beam, np.int64)  # live prefix equal to prefix j minus its last token
     order = np.empty(k_max, np.int64)
@@ -383,6 +427,18 @@ def prefix_beam_advance(
                 slot_score[slot] += locked + node_score[node]
             slot_node[slot] = node
             slot_locked[slot] = locked
+            if fused:
+                lm_s = lm_state[cur, src]
+                lm_total = lm_score[cur, src]
+                length = lens[cur, src]
+                if slot_tok[slot] >= 0:
+                    lm_p, lm_s = lm_step(lm_s, slot_tok[slot], lm_start, lm_token, lm_next, lm_logp, lm_backoff,
+                                         lm_backoff_logw, lm_unk_logp)
+                    lm_total += lm_p
+                    length += 1
+                slot_score[slot] += lm_weight * lm_total + lm_bonus * length
+                slot_lm_state[slot] = lm_s
+                slot_lm_score[slot] = lm_total
             # counted after the bonus: a NaN score (no '>' holds for it) never counts as a hypothesis
             if slot_score[slot] > NEG_INF:
                 n_finite += 1
@@ -423,6 +479,9 @@ def prefix_beam_advance(
             pnb[nxt, r] = slot_pnb[slot]
             ctx_node[nxt, r] = slot_node[slot]
             ctx_locked[nxt, r] = slot_locked[slot]
+            if fused:
+                lm_state[nxt, r] = slot_lm_state[slot]
+                lm_score[nxt, r] = slot_lm_score[slot]
         n_live = n_keep
         parity = nxt
     return n_live, parity

@@ -21,13 +21,15 @@ benchmark; it applies the same recursion in the same order, so the two agree bit
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from . import _ctc_kernels as _k
+from . import token_lm
 from .hotwords import EMPTY, ContextGraph
+from .token_lm import TokenLm
 
 # "numba" when the kernels are compiled, "python" when numba is missing (same results, slower).
 IMPLEMENTATION = "numba" if _k.HAVE_NUMBA else "python"
@@ -54,6 +56,8 @@ class SearchOptions:
     # to >= cutoff_prob; 1.0 keeps all top-k. WeNet's Triton scorer uses 0.9999: on peaky
     # CTC posteriors most frames then try only one or two tokens.
     cutoff_prob: float = 1.0
+    # A token n-gram (token_lm.TokenLm, with its weight and bonus) fused into the prefix beam search; None: none.
+    lm: TokenLm | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _verify_options(self)
@@ -74,6 +78,8 @@ def _verify_options(options: SearchOptions) -> None:
         raise ValueError(f"blank_id must be a non-negative int, got {options.blank_id!r}")
     if not 0.0 < options.cutoff_prob <= 1.0:
         raise ValueError(f"cutoff_prob must be in (0, 1], got {options.cutoff_prob!r}")
+    if options.lm is not None and not isinstance(options.lm, TokenLm):
+        raise ValueError(f"lm must be None or a token_lm.TokenLm, got {type(options.lm).__name__}")
 
 
 class Hypothesis(NamedTuple):
@@ -107,8 +113,8 @@ class CtcSearch(Protocol):
 
 
 def make_search(options: SearchOptions | None = None, context: "ContextGraph | None" = None) -> CtcSearch:
-    """A fresh per-utterance search for ``options.method``; ``context``: hotwords (prefix beam search only;
-    greedy search has no beam to bias)."""
+    """A fresh per-utterance search for ``options.method``; ``context``: hotwords (prefix beam search only, as
+    is ``options.lm``: greedy search has no beam to bias)."""
     options = options or SearchOptions()
     if options.method == GREEDY:
         return CtcGreedySearch(options)
@@ -239,6 +245,8 @@ class CtcPrefixBeamSearch:
     def __init__(self, options: SearchOptions | None = None, context: ContextGraph | None = None) -> None:
         self.options = options or SearchOptions()
         self.context = EMPTY if context is None else context  # hotwords (hotwords.ContextGraph)
+        self.lm = token_lm.EMPTY if self.options.lm is None else self.options.lm  # shallow fusion
+        self._kernel = _k.prefix_beam_advance  # its .py_func in the test that runs the kernel interpreted
         if self.options.method != PREFIX_BEAM:
             raise ValueError(f"CtcPrefixBeamSearch needs method={PREFIX_BEAM!r}")
         self.reset()
@@ -254,6 +262,8 @@ class CtcPrefixBeamSearch:
         self._pb[0, 0] = 0.0  # the empty prefix, reached by "no frames yet" with certainty
         self._ctx_node = np.zeros((2, beam), np.int64)  # each prefix's state in the hotword tree
         self._ctx_locked = np.zeros((2, beam), np.float64)  # bonus of the hotwords it completed
+        self._lm_state = np.full((2, beam), self.lm.start, np.int64)  # each prefix's state in the LM
+        self._lm_score = np.zeros((2, beam), np.float64)  # its summed LM log-probability
         self._n_live = 1
         self._parity = 0
         self.frames = 0  # frames consumed so far
@@ -280,7 +290,8 @@ class CtcPrefixBeamSearch:
             if full.ndim != 2 or full.shape[0] != frames:
                 raise ValueError(f"full_log_probs must be ({frames}, V), got shape {full.shape}")
         self._reserve(frames)
-        self._n_live, self._parity = _k.prefix_beam_advance(
+        lm = self.lm
+        self._n_live, self._parity = self._kernel(
             np.ascontiguousarray(log_probs, dtype=np.float64),
             np.ascontiguousarray(ids, dtype=np.int64),
             frames,
@@ -304,6 +315,17 @@ class CtcPrefixBeamSearch:
             self.context.node_score,
             self.context.is_end,
             full,
+            lm.arc_start,
+            lm.arc_token,
+            lm.arc_next,
+            lm.arc_logp,
+            lm.backoff,
+            lm.backoff_logw,
+            float(lm.unk_logp),
+            float(lm.weight),
+            float(lm.bonus),
+            self._lm_state,
+            self._lm_score,
         )
         self.frames += frames
 
@@ -318,16 +340,20 @@ class CtcPrefixBeamSearch:
 
     def nbest(self) -> list[Hypothesis]:
         """Best first. With hotwords a score includes the bonus of the phrases a hypothesis completed (not of
-        a phrase it is part-way through), and the list is re-ranked by it."""
+        a phrase it is part-way through), with an LM its fusion term (end of sentence included), and the list
+        is re-ranked by it."""
         p = self._parity
         out = []
         for r in range(self._n_live):
             length = int(self._lens[p, r])
+            tokens = tuple(self._tokens[p, r, :length].tolist())
             score = _k._log_add2(float(self._pb[p, r]), float(self._pnb[p, r]))
             if not self.context.empty:
                 score += float(self._ctx_locked[p, r])
-            out.append(Hypothesis(tuple(self._tokens[p, r, :length].tolist()), score))
-        if not self.context.empty:
+            if not self.lm.empty:
+                score += self.lm.fused(tokens, float(self._lm_score[p, r]), int(self._lm_state[p, r]))
+            out.append(Hypothesis(tokens, score))
+        if not (self.context.empty and self.lm.empty):
             out.sort(key=lambda h: -h.score)  # stable: equal scores keep the beam's order
         return out
 
@@ -388,3 +414,4 @@ def warm_up(options: SearchOptions | None = None, vocab: int = 8) -> None:
             else:
                 search.advance(values, ids)
             search.nbest()
+    token_lm.EMPTY.step(0, 1)  # the LM's step, called from Python by nbest() when an LM is loaded

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from .ctc_search import Hypothesis, SearchOptions
+from .token_lm import TokenLm
 
 
 def _log_add(args: Sequence[float]) -> float:
@@ -32,8 +33,19 @@ def reference_prefix_beam_search(
 
     log_probs: (T, K) with ``ids`` (T, K), or (T, V) with ``ids=None`` (top-k done here).
     state:     what a previous call returned, to resume; None starts fresh.
+    With ``options.lm`` (a token n-gram) prefixes are ranked by CTC + weight * LM + bonus * length.
     Returns (n-best best first, state).
     """
+    options = options or SearchOptions()
+    lm: TokenLm | None = options.lm
+    fused = lm is not None and not lm.empty
+
+    def rank(prefix: tuple[int, ...], pb: float, pnb: float) -> float:
+        score = _log_add([pb, pnb])
+        if fused:
+            score += lm.weight * lm.score_tokens(prefix)[0] + lm.bonus * len(prefix)
+        return score
+
     options = options or SearchOptions()
     k = options.tokens_per_frame
     blank = options.blank_id
@@ -77,10 +89,13 @@ def reference_prefix_beam_search(
                     n_pb, n_pnb = merged.get(grown, (-math.inf, -math.inf))
                     merged[grown] = (n_pb, _log_add([n_pnb, pb + ps, pnb + ps]))
         if merged:
-            ranked = sorted(merged.items(), key=lambda kv: _log_add(list(kv[1])), reverse=True)
+            ranked = sorted(merged.items(), key=lambda kv: rank(kv[0], *kv[1]), reverse=True)
             # Unlike WeNet's Python search, zero-probability prefixes are dropped (unless
             # nothing else is left): they would only take beam places from real ones.
-            alive = [kv for kv in ranked if _log_add(list(kv[1])) > -math.inf]
+            alive = [kv for kv in ranked if rank(kv[0], *kv[1]) > -math.inf]
             hyps = (alive or ranked)[: options.beam_size]
     nbest = [Hypothesis(prefix, _log_add([pb, pnb])) for prefix, (pb, pnb) in hyps]
+    if fused:
+        nbest = [Hypothesis(h.tokens, h.score + lm.fused(h.tokens, *lm.score_tokens(h.tokens))) for h in nbest]
+        nbest.sort(key=lambda h: -h.score)
     return nbest, hyps

@@ -17,6 +17,7 @@ from ..decoding.ctc_search import SearchOptions, make_search
 from ..decoding.details import hypothesis_details
 from ..decoding.endpoint import EndpointRules
 from ..decoding.hotwords import Hotwords
+from ..decoding.token_lm import TokenLm
 from ..features.fbank import FbankConfig, StreamingFbank, batch_fbank_computer
 from .stream_state import Streams
 from ..decoding.rescoring import DecoderInputs, build_decoder_inputs, hyps_from_best_index
@@ -43,10 +44,11 @@ class DecodingSettings:
     # seconds the model emits a word's first / last token after it is spoken (timestamps move earlier by them),
     # and optionally how much later still the first word after a pause (alignment.word_times)
     timestamp_shift: tuple[float, ...] = (0.0, 0.0)
+    lm: Optional[TokenLm] = None  # a token n-gram fused into the prefix beam search (parameter lm_file)
 
     def search_options(self) -> SearchOptions:
         return SearchOptions(method=self.search_method, beam_size=self.beam_size, top_k=self.beam_size,
-                             blank_id=0, cutoff_prob=self.cutoff_prob)
+                             blank_id=0, cutoff_prob=self.cutoff_prob, lm=self.lm)
 
 
 # Decoder call: (inputs for a batch of n-best lists, encoder_out (B, T, d), encoder_out_lens (B,)) ->

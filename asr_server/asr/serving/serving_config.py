@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from ..decoding.endpoint import EndpointRules
+from ..decoding import token_lm
 from ..decoding.hotwords import Hotwords
 from ..features.fbank import FbankConfig, batch_fbank_computer
 from .pipeline import DecodingSettings
@@ -41,6 +42,20 @@ def tokenizer(args: Mapping[str, str], params: Mapping[str, str]) -> Tokenizer:
 def hotwords(args: Mapping[str, str], params: Mapping[str, str], tokenizer: Tokenizer) -> Hotwords:
     """The model's hotwords (parameters ``hotwords_file``, inside the model's folder, and ``hotwords_score``)."""
     return Hotwords.from_parameters(params, Path(args["model_repository"]), tokenizer.encode)
+
+
+def fusion_lm(args: Mapping[str, str], params: Mapping[str, str], symbols: SymbolTable) -> token_lm.TokenLm | None:
+    """The token n-gram fused into the beam search: parameter ``lm_file`` (an ARPA over the model's units, .gz
+    allowed, inside the model's folder), weighted by ``lm_weight`` with ``lm_bonus`` per token; None without."""
+    name = params.get("lm_file", "")
+    if not name:
+        return None
+    root = Path(args["model_repository"]).resolve()
+    path = (root / name).resolve()
+    if root not in path.parents:  # a config cannot make us read outside its folder
+        raise ValueError(f"lm_file {name!r} is outside the model's folder")
+    return token_lm.load_arpa(path, symbols.id_to_symbol, params.get("lm_weight", token_lm.DEFAULT_WEIGHT),
+                              params.get("lm_bonus", token_lm.DEFAULT_BONUS))
 
 
 def decoding_settings(params: Mapping[str, str], symbols: SymbolTable) -> DecodingSettings:
@@ -139,7 +154,8 @@ def decoder_setup(args: Mapping[str, str]) -> DecoderSetup:
     """The decoding models' initialize(): Triton's ``args`` -> tokenizer, decoding settings and hotwords."""
     params = parameters(args)
     tok = tokenizer(args, params)
-    return DecoderSetup(params, tok, decoding_settings(params, tok.symbols), hotwords(args, params, tok))
+    settings = dataclasses.replace(decoding_settings(params, tok.symbols), lm=fusion_lm(args, params, tok.symbols))
+    return DecoderSetup(params, tok, settings, hotwords(args, params, tok))
 
 
 def inline_graphs(args: Mapping[str, str], params: Mapping[str, str], settings: DecodingSettings, streams=None):
