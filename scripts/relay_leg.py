@@ -61,6 +61,9 @@ EVAL_SPLITS = [("real", "real", None), ("fotaq_test", "legs/eval/fotaq_test", 20
                ("test_digits", "legs/eval/test_digits", None), ("test_template", "legs/eval/test_template", None)]
 BAND_LIMITED = ("real", "fotaq_test")
 LOGGED_MODES = ("offline_greedy", "offline_rescore", "stream_greedy", "stream_rescore")
+# With the state's token LM (STATE/lm.arpa.gz, scripts/build_lm.py) at its default weight and bonus, logged as
+# "<split>/<mode>_lm" (eval.py names the mode "<mode>+lm<weight>/<bonus>").
+LM_FILE, LM_FUSION, LM_MODES = "lm.arpa.gz", "0.5/1.0", ("offline_rescore", "stream_rescore")
 LOG_COLUMNS = ("leg", "date", "step", "train_min", "data_h", "hours_seen")
 # The model card's leg table, written from legs.tsv between these markers after each leg: split -> its label.
 CARD_TABLE = ("<!-- leg table: scripts/relay_leg.py writes it from legs.tsv -->", "<!-- end of the leg table -->")
@@ -222,8 +225,10 @@ def band_limited_copy(src: Path, dst: Path, rate: int = 8000) -> Path:
     return dst
 
 
-def evaluate(model: Path, out_json: Path) -> dict[str, float]:
-    """{split[_8k]/mode: WER} for every evaluation split, offline and streaming (640 ms chunks)."""
+def evaluate(model: Path, out_json: Path, lm: Path | None = None) -> dict[str, float]:
+    """{split[_8k]/mode: WER} for every evaluation split, offline and streaming (640 ms chunks); with ``lm``
+    (when the file exists) the rescored modes again with it fused ("<mode>_lm")."""
+    fused = lm is not None and lm.is_file()
     wer: dict[str, float] = {}
     for name, folder, limit in EVAL_SPLITS:
         splits = [(name, ROOT / folder)]
@@ -236,10 +241,13 @@ def evaluate(model: Path, out_json: Path) -> dict[str, float]:
             js = out_json.with_name(f"{out_json.stem}_{label}.json")
             cmd = ["scripts/eval.py", "--model", model, "--data", d, "--threads", os.cpu_count() or 2,
                    "--json", js, "--show", 3]
-            run([PY, *cmd, *(["--limit", limit] if limit else [])])
+            run([PY, *cmd, *(["--limit", limit] if limit else []),
+                 *(["--lm", lm, "--lm-fusion", LM_FUSION] if fused else [])])
             for figures in json.loads(js.read_text()).values():  # {split: {mode: WER, ...}}
                 for mode in LOGGED_MODES:
                     wer[f"{label}/{mode}"] = figures[mode]
+                for mode in LM_MODES if fused else ():
+                    wer[f"{label}/{mode}_lm"] = figures[f"{mode}+lm{LM_FUSION}"]
     out_json.write_text(json.dumps(wer, indent=1) + "\n")
     return wer
 
@@ -289,7 +297,12 @@ def record_leg(state_dir: Path, state: dict, leg: int, model_dir: Path, steps: i
     log = state_dir / "legs.tsv"
     if not log.exists():
         log.write_text("\t".join([*LOG_COLUMNS, *sorted(wer)]) + "\n")
-    header = log.read_text().splitlines()[0].split("\t")
+    lines = log.read_text().splitlines()
+    header = lines[0].split("\t")
+    new = sorted(set(wer) - set(header))
+    if new:  # figures no earlier leg had (the LM's): new columns, empty for the earlier legs
+        header += new
+        log.write_text("\n".join(["\t".join(header), *(line + "\t" * len(new) for line in lines[1:])]) + "\n")
     row = {"leg": leg, "date": time.strftime("%F"), "step": state["step"], "train_min": round(minutes, 1),
            "data_h": round(data_h, 2), "hours_seen": state["hours_seen"], **{k: f"{v:.2f}" for k, v in wer.items()}}
     with open(log, "a") as fh:
@@ -304,12 +317,14 @@ def leg_table(log: Path) -> str:
     header, legs = lines[0], [dict(zip(lines[0], row)) for row in lines[1:]]
     names = ["demo_en (leg 0)" if leg["leg"] == "0" else f"leg {leg['leg']} ({leg['date']})" for leg in legs]
     table = ["| split | " + " | ".join(names) + " |", "|---" * (len(legs) + 1) + "|"]
-    for split, label in CARD_SPLITS.items():
-        if f"{split}/offline_rescore" not in header:
-            continue
-        cells = [f"{leg.get(f'{split}/offline_rescore') or '-'} / {leg.get(f'{split}/stream_rescore') or '-'}"
-                 for leg in legs]  # a leg that did not evaluate a split (its folder was missing) shows "-"
-        table.append(f"| {label} | " + " | ".join(cells) + " |")
+    for suffix, note in (("", ""), ("_lm", f", with the LM {LM_FUSION}")):
+        for split, label in CARD_SPLITS.items():
+            if f"{split}/offline_rescore{suffix}" not in header:
+                continue
+            cells = [f"{leg.get(f'{split}/offline_rescore{suffix}') or '-'} / "
+                     f"{leg.get(f'{split}/stream_rescore{suffix}') or '-'}"
+                     for leg in legs]  # a leg that did not evaluate a split (its folder was missing) shows "-"
+            table.append(f"| {label}{note} | " + " | ".join(cells) + " |")
     return "\n".join(table)
 
 
@@ -333,7 +348,7 @@ def adopt(state_dir: Path, state: dict, model_dir: Path) -> int:
     training = yaml.safe_load((model_dir / "train.yaml").read_text()).get("training", {})
     steps = int(training.get("this_run_steps", training.get("steps", state["step"]) - state["step"]))
     leg = state["leg"] + 1
-    wer = evaluate(model_dir, ROOT / "legs" / f"eval_leg{leg}.json")
+    wer = evaluate(model_dir, ROOT / "legs" / f"eval_leg{leg}.json", state_dir / LM_FILE)
     record_leg(state_dir, state, leg, model_dir, steps, float(training.get("minutes", 0.0)), 0.0, 0.0, wer)
     print(f"leg {leg} (adopted from {model_dir}): step {state['step']}; state in {state_dir} (commit it)")
     return 0
@@ -370,7 +385,8 @@ def main(argv=None) -> int:
     if not args.skip_setup:
         setup(with_uqm)
     if args.eval_only:
-        print(json.dumps(evaluate(args.eval_only, ROOT / "legs" / f"eval_{args.eval_only.name}.json"), indent=1))
+        print(json.dumps(evaluate(args.eval_only, ROOT / "legs" / f"eval_{args.eval_only.name}.json",
+                                  args.state / LM_FILE), indent=1))
         return 0
     if args.adopt:
         return adopt(args.state, state, args.adopt)
@@ -383,7 +399,7 @@ def main(argv=None) -> int:
     check_licence(data, with_uqm)
     data_h = sum(float(line.split()[1]) for line in (data / "utt2dur").read_text().splitlines()) / 3600
     exp = train(state, leg, data, args.train_minutes, args.state)
-    wer = evaluate(exp / "final", ROOT / "legs" / f"eval_leg{leg}.json")
+    wer = evaluate(exp / "final", ROOT / "legs" / f"eval_leg{leg}.json", args.state / LM_FILE)
 
     import torch
 

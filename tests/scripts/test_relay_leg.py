@@ -169,6 +169,59 @@ def test_the_model_cards_leg_table_is_rewritten_from_legs_tsv_and_nothing_else_c
     assert len(table) == 4  # splits absent from legs.tsv get no row
 
 
+def test_figures_with_the_lm_join_the_log_as_new_columns_and_the_table_as_new_rows(tmp_path):
+    relay = load_script("relay_leg")
+    columns = [*relay.LOG_COLUMNS, "real/offline_rescore", "real/stream_rescore"]
+    rows = [["0", "2026-12-06", "18932", "0", "0", "0", "100.00", "99.00"]]
+    (tmp_path / "legs.tsv").write_text("\n".join("\t".join(r) for r in [columns, *rows]) + "\n")
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("final.pt", "train.yaml", "units.txt", "bpe.model", "global_cmvn"):
+        (model / name).write_text(name)
+    state = {**relay.FIRST_STATE}
+    wer = {"real/offline_rescore": 73.96, "real/stream_rescore": 72.92, "real/offline_rescore_lm": 63.54,
+           "real/stream_rescore_lm": 63.54}
+    relay.record_leg(tmp_path, state, 1, model, 100, 10.0, 1.0, 2.0, wer)
+    lines = (tmp_path / "legs.tsv").read_text().splitlines()
+    header = lines[0].split("\t")
+    assert header[-2:] == ["real/offline_rescore_lm", "real/stream_rescore_lm"]
+    legs = [dict(zip(header, line.split("\t"))) for line in lines[1:]]
+    assert all(len(line.split("\t")) == len(header) for line in lines)
+    assert (legs[0]["real/offline_rescore_lm"], legs[1]["real/offline_rescore_lm"]) == ("", "63.54")
+    assert legs[1]["real/offline_rescore"] == "73.96"
+    table = relay.leg_table(tmp_path / "legs.tsv").splitlines()
+    assert table[2].endswith("| 100.00 / 99.00 | 73.96 / 72.92 |")
+    assert table[3] == ("| real (pocketsphinx-testdata; pocketsphinx 21.9), with the LM 0.5/1.0 | - / - "
+                        "| 63.54 / 63.54 |")
+
+
+def test_a_leg_evaluates_with_the_states_lm_when_it_has_one(tmp_path, monkeypatch):
+    relay = load_script("relay_leg")
+    calls = []
+
+    def fake_run(cmd):
+        calls.append([str(c) for c in cmd])
+        js = Path(calls[-1][calls[-1].index("--json") + 1])
+        fused = "--lm" in calls[-1]
+        figures = {mode: 50.0 for mode in relay.LOGGED_MODES}
+        figures.update({f"{mode}+lm{relay.LM_FUSION}": 40.0 for mode in relay.LM_MODES} if fused else {})
+        js.write_text(json.dumps({"split": figures}))
+
+    monkeypatch.setattr(relay, "run", fake_run)
+    monkeypatch.setattr(relay, "ROOT", tmp_path)
+    monkeypatch.setattr(relay, "EVAL_SPLITS", [("test_open", "legs/eval/test_open", 100)])
+    (tmp_path / "legs" / "eval" / "test_open").mkdir(parents=True)
+    (tmp_path / "legs" / "eval" / "test_open" / "text").write_text("u1 a b\n")
+    out = tmp_path / "legs" / "eval_leg1.json"
+    assert relay.evaluate(tmp_path / "m", out, tmp_path / "absent.arpa.gz") == {
+        f"test_open/{mode}": 50.0 for mode in relay.LOGGED_MODES}
+    lm = tmp_path / "lm.arpa.gz"
+    lm.write_text("")
+    wer = relay.evaluate(tmp_path / "m", out, lm)
+    assert calls[-1][calls[-1].index("--lm") + 1] == str(lm)
+    assert wer["test_open/offline_rescore_lm"] == wer["test_open/stream_rescore_lm"] == 40.0
+
+
 def test_a_card_without_the_markers_is_left_alone(tmp_path):
     relay = load_script("relay_leg")
     (tmp_path / "legs.tsv").write_text("\t".join(relay.LOG_COLUMNS) + "\n")
