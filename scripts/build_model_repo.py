@@ -51,8 +51,8 @@ def parser() -> argparse.ArgumentParser:
                    "allowed; scripts/build_lm.py) fused into the CTC prefix beam search; default: the model "
                    "folder's lm.arpa.gz when it has one")
     p.add_argument("--no-lm", action="store_true", help="no LM even when the model folder has one")
-    p.add_argument("--lm-weight", type=float, default=0.5, help="the LM's weight in the beam's ranking")
-    p.add_argument("--lm-bonus", type=float, default=1.0, help="score added per token, against the LM's "
+    p.add_argument("--lm-weight", type=float, default=0.7, help="the LM's weight in the beam's ranking")
+    p.add_argument("--lm-bonus", type=float, default=3.0, help="score added per token, against the LM's "
                    "preference for short hypotheses")
     p.add_argument("--endpoint", action="store_true", help="streaming endpointing on by default (requests turn "
                    "it on or off with the parameter endpoint)")

@@ -70,8 +70,8 @@ class BuildOptions:
     rescoring: bool = True
     hotwords: Optional[Path] = None  # the model's hotword list, copied next to the decoding models
     lm: Optional[Path] = None  # a token n-gram ARPA fused into the beam search, copied next to them too
-    lm_weight: float = 0.5  # its weight and per-token bonus (token_lm.DEFAULT_WEIGHT / DEFAULT_BONUS)
-    lm_bonus: float = 1.0
+    lm_weight: float = 0.7  # its weight and per-token bonus (token_lm.DEFAULT_WEIGHT / DEFAULT_BONUS)
+    lm_bonus: float = 3.0
     endpoint: bool = False  # streaming endpointing on by default
     timestamp_shift_ms: str = ""  # "START,END[,ONSET]": how late the model emits words
     inline_graphs: bool = True  # the streaming scorers run the encoder and decoder graphs themselves

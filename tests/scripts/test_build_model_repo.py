@@ -104,7 +104,7 @@ async def test_a_token_lm_is_copied_next_to_each_decoding_model_and_served(tmp_p
     for name in ("scoring", "wenet", "streaming_wenet"):
         assert (built / name / "lm.arpa.gz").read_bytes() == lm.read_bytes()
         params = parameters(built / name)
-        assert (params["lm_file"], float(params["lm_weight"]), float(params["lm_bonus"])) == ("lm.arpa.gz", 0.4, 1.0)
+        assert (params["lm_file"], float(params["lm_weight"]), float(params["lm_bonus"])) == ("lm.arpa.gz", 0.4, 3.0)
     _, text = reference()
     assert await transcripts(running, built) == (text, text)
     missing = build(tmp_path / "none", "--lm", str(tmp_path / "absent.arpa"))

@@ -56,12 +56,12 @@ def test_a_fused_lm_adds_its_modes_and_costs_nothing_on_the_demo_utterances(tmp_
     out = tmp_path / "eval.json"
     assert load_script("eval").main(["--model", str(ROOT / "models" / "demo_en"), "--data", str(ROOT / "tests" / "data"
                              / "demo_utts"), "--lm", str(ROOT / "models" / "open_en_wip" / "lm.arpa.gz"),
-                             "--lm-fusion", "0.5/1.0", "--json", str(out)]) == 0
+                             "--lm-fusion", "0.7/3.0", "--json", str(out)]) == 0
     res = json.loads(out.read_text())["demo_utts"]
-    assert {"offline_beam+lm0.5/1.0", "offline_rescore+lm0.5/1.0", "stream_beam+lm0.5/1.0",
-            "stream_rescore+lm0.5/1.0"} <= set(res)
-    assert res["offline_rescore+lm0.5/1.0"] <= res["offline_rescore"]
-    assert res["stream_rescore+lm0.5/1.0"] <= res["stream_rescore"]
+    assert {"offline_beam+lm0.7/3.0", "offline_rescore+lm0.7/3.0", "stream_beam+lm0.7/3.0",
+            "stream_rescore+lm0.7/3.0"} <= set(res)
+    assert res["offline_rescore+lm0.7/3.0"] <= res["offline_rescore"]
+    assert res["stream_rescore+lm0.7/3.0"] <= res["stream_rescore"]
 
 
 def test_without_a_model_only_the_references_run(tmp_path, monkeypatch):

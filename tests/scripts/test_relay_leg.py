@@ -191,7 +191,7 @@ def test_figures_with_the_lm_join_the_log_as_new_columns_and_the_table_as_new_ro
     assert legs[1]["real/offline_rescore"] == "73.96"
     table = relay.leg_table(tmp_path / "legs.tsv").splitlines()
     assert table[2].endswith("| 100.00 / 99.00 | 73.96 / 72.92 |")
-    assert table[3] == ("| real (pocketsphinx-testdata; pocketsphinx 21.9), with the LM 0.5/1.0 | - / - "
+    assert table[3] == ("| real (pocketsphinx-testdata; pocketsphinx 21.9), with the LM 0.7/3.0 | - / - "
                         "| 63.54 / 63.54 |")
 
 

@@ -37,7 +37,7 @@ LN10 = math.log(10.0)
 UNK_FLOOR = -10.0 * LN10  # a unit the ARPA neither lists nor gives <unk>: 1e-10
 MAX_WEIGHT = 10.0  # LM weight; beyond a few the LM alone decides and the acoustics are ignored
 MAX_BONUS = 100.0  # per-token bonus, nats
-DEFAULT_WEIGHT, DEFAULT_BONUS = 0.5, 1.0  # tuned on held-out game speakers (models/open_en_wip/MODEL_CARD.md)
+DEFAULT_WEIGHT, DEFAULT_BONUS = 0.7, 3.0  # chosen on held-out game speakers (open_en_wip MODEL_CARD.md)
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 
 
