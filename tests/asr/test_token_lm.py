@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import math
 
 import numpy as np
@@ -240,3 +241,15 @@ def test_the_offline_scorer_searches_with_the_settings_lm(lm, tmp_path):
     for fused, text in ((None, "ac"), (likes_d, "ad")):
         settings = DecodingSettings(beam_size=4, sos=6, eos=6, rescoring=False, lm=fused)
         assert OfflineScorer(tokenizer, settings).decode(encoder_out, np.array([3]), values[None], ids[None]) == [text]
+
+
+def test_instances_of_one_process_share_the_arrays_and_a_changed_file_is_read_again(tmp_path):
+    path = tmp_path / "lm.arpa"
+    path.write_text(ARPA, encoding="utf-8")
+    first, second = load_arpa(path, SYMBOLS, 0.5, 1.0), load_arpa(path, SYMBOLS, 0.2, 0.0)
+    assert first.arc_logp is second.arc_logp and (second.weight, second.bonus) == (0.2, 0.0)
+    path.write_text(ARPA.replace("-1.2\tc", "-1.3\tc"), encoding="utf-8")
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    changed = load_arpa(path, SYMBOLS)
+    assert changed.arc_logp is not first.arc_logp
+    assert changed.step(0, C)[0] == pytest.approx(-1.3 * LN10, abs=1e-6)

@@ -23,6 +23,7 @@ Where models come from: ``scripts/build_lm.py`` estimates one from text with IRS
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import math
 from pathlib import Path
@@ -128,7 +129,14 @@ def read_arpa(path: Path) -> Iterator[tuple[tuple[str, ...], float, float]]:
 
 def load_arpa(path: Path, symbols: Sequence[str], weight: float = DEFAULT_WEIGHT,
               bonus: float = DEFAULT_BONUS) -> TokenLm:
-    """An ARPA over the model's units -> TokenLm. ``symbols``: unit id -> its string (units.txt)."""
+    """An ARPA over the model's units -> TokenLm. ``symbols``: unit id -> its string (units.txt).
+    The model instances of one process share the arrays (parsing takes a second or two)."""
+    path = Path(path).resolve()
+    return _load_arpa(path, path.stat().st_mtime_ns, tuple(symbols)).with_weights(weight, bonus)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_arpa(path: Path, _mtime_ns: int, symbols: tuple[str, ...]) -> TokenLm:
     ids = {s: i for i, s in enumerate(symbols)}
     extra = {BOS: len(symbols), EOS: len(symbols) + 1}  # ids past the vocabulary: never emitted by the model
     logp: dict[tuple[int, ...], float] = {}
@@ -173,4 +181,4 @@ def load_arpa(path: Path, symbols: Sequence[str], weight: float = DEFAULT_WEIGHT
     return TokenLm(starts, np.array([a[0] for a in flat], np.int32), np.array([a[1] for a in flat], np.int32),
                    np.array([a[2] for a in flat], np.float32), backoff, backoff_logw,
                    state_of.get((extra[BOS],), 0), extra[EOS] if (extra[EOS],) in logp else -1,
-                   UNK_FLOOR if unk is None else unk, order).with_weights(weight, bonus)
+                   UNK_FLOOR if unk is None else unk, order)
