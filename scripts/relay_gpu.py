@@ -81,11 +81,11 @@ def pack(args) -> int:
     """The leg's training utterances as Opus under --out, until --max-mib (every source in proportion)."""
     import soundfile as sf
 
+    from asr_server.asr.training.data import read_data_dir
+
     src = args.data or ROOT / "legs" / f"leg{args.leg}" / "train"
-    wavs = dict(line.split(maxsplit=1) for line in (src / "wav.scp").read_text().splitlines())
-    texts = dict(line.split(maxsplit=1) for line in (src / "text").read_text(encoding="utf-8").splitlines()
-                 if len(line.split(maxsplit=1)) == 2)
-    order = [utt for utt in pack_order(wavs) if utt in texts]
+    rows = {utt: (wav, text) for utt, wav, text in read_data_dir(src)}  # utterances with audio and a transcript
+    order = pack_order(rows)
     if args.max_mib is None:
         if not any((REPO / ".whl").glob("*.whl")):
             sys.exit("run `relay_gpu.py wheels` first: they travel with the pack, and its budget counts them")
@@ -93,18 +93,18 @@ def pack(args) -> int:
     if args.max_mib < MIN_PACK_MIB:
         sys.exit(f"only {args.max_mib:.1f} MiB of the {TRAVEL_MIB} that travel are left for the pack "
                  f"(at least {MIN_PACK_MIB} needed): the working tree takes the rest")
-    level = opus_level([sf.read(wavs[utt].strip(), dtype="float32") for utt in order[:CALIBRATION_UTTS]],
-                       OPUS_KBPS)
+    calibration = {utt: sf.read(rows[utt][0], dtype="float32") for utt in order[:CALIBRATION_UTTS]}
+    level = opus_level(list(calibration.values()), OPUS_KBPS)
     out = args.out
     if out.exists():
         shutil.rmtree(out)
     (out / "audio").mkdir(parents=True)
     scp, text, size, seconds = [], [], 0, 0.0
     for utt in order:
-        audio, rate = sf.read(wavs[utt].strip(), dtype="float32")
+        audio, rate = calibration.pop(utt, None) or sf.read(rows[utt][0], dtype="float32")
         path = out / "audio" / f"{utt}.opus"
         sf.write(path, audio, rate, format="OGG", subtype="OPUS", compression_level=level)
-        lines = (f"{utt} {path.relative_to(REPO) if path.is_relative_to(REPO) else path}\n", f"{utt} {texts[utt]}\n")
+        lines = (f"{utt} {path.relative_to(REPO) if path.is_relative_to(REPO) else path}\n", f"{utt} {rows[utt][1]}\n")
         grown = size + path.stat().st_size + sum(len(line.encode()) for line in lines)  # the lists travel too
         if grown > args.max_mib * 2**20:
             path.unlink()
