@@ -42,9 +42,9 @@ def kaldi_lines(path: Path) -> list[tuple[str, str]]:
     path = path / "text" if path.is_dir() else path
     rows = []
     for raw in path.read_text(encoding="utf-8").splitlines():
-        key, _, words = raw.strip().partition(" ")
-        if words.strip():
-            rows.append((key, " ".join(words.split())))
+        parts = raw.split(maxsplit=1)  # a space or a tab after the key
+        if len(parts) == 2:
+            rows.append((parts[0], " ".join(parts[1].split())))
     return rows
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from asr_server.repo_builder.model_folder import (build_from_graph_folders, check_model_folder, exports_up_to_date,
                                                   model_subsampling)
+from asr_server.asr.decoding import token_lm
 from asr_server.repo_builder.pipelines import BuildOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,8 +52,9 @@ def parser() -> argparse.ArgumentParser:
                    "allowed; scripts/build_lm.py) fused into the CTC prefix beam search; default: the model "
                    "folder's lm.arpa.gz when it has one")
     p.add_argument("--no-lm", action="store_true", help="no LM even when the model folder has one")
-    p.add_argument("--lm-weight", type=float, default=0.7, help="the LM's weight in the beam's ranking")
-    p.add_argument("--lm-bonus", type=float, default=3.0, help="score added per token, against the LM's "
+    p.add_argument("--lm-weight", type=float, default=token_lm.DEFAULT_WEIGHT, help="the LM's weight in the beam's "
+                   "ranking")
+    p.add_argument("--lm-bonus", type=float, default=token_lm.DEFAULT_BONUS, help="score added per token, against the LM's "
                    "preference for short hypotheses")
     p.add_argument("--endpoint", action="store_true", help="streaming endpointing on by default (requests turn "
                    "it on or off with the parameter endpoint)")
@@ -91,6 +93,8 @@ def main() -> int:
                 "folders are replaced)")
     if args.lm is not None and not args.lm.is_file():
         p.error(f"--lm {args.lm}: no such file")
+    if args.lm is not None and args.search == "greedy":
+        p.error("--lm reranks the prefix beam search: it cannot go with --search greedy")
     rate, context = model_subsampling(args.model_dir)
     onnx_dirs = args.onnx_dir or [args.model_dir / "onnx"]
     if args.export and len(onnx_dirs) > 1:
@@ -104,7 +108,8 @@ def main() -> int:
         right_context=context if args.right_context is None else args.right_context,
         subsampling=rate if args.subsampling is None else args.subsampling, rescoring=args.rescoring,
         hotwords=args.hotwords, endpoint=args.endpoint, timestamp_shift_ms=args.timestamp_shift_ms,
-        lm=None if args.no_lm else (args.lm or default_lm(args.model_dir)), lm_weight=args.lm_weight,
+        lm=None if args.no_lm or args.search == "greedy" else (args.lm or default_lm(args.model_dir)),
+        lm_weight=args.lm_weight,
         lm_bonus=args.lm_bonus,
         inline_graphs=args.inline_graphs, instance_process=args.instance_process)
     try:

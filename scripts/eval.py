@@ -263,12 +263,15 @@ def main(argv=None) -> int:
     ap.add_argument("--show", type=int, default=0, help="print this many hyp/ref pairs per split")
     ap.add_argument("--lm", type=Path, default=None, help="a token n-gram LM (ARPA over the model's units) to "
                     "fuse into the beam search, beside the plain search")
-    ap.add_argument("--lm-fusion", nargs="+", default=["0.3/1.0"], metavar="W/B",
-                    help="LM weight / per-token bonus pairs to try (each adds its own modes)")
+    ap.add_argument("--lm-fusion", nargs="+", default=[token_lm.DEFAULT_FUSION], metavar="W/B",
+                    help="LM weight / per-token bonus pairs to try (each adds its own modes; default "
+                    f"{token_lm.DEFAULT_FUSION})")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.model is None and not (args.pocketsphinx or args.whisper):
         ap.error("nothing to decode: give --model, or --pocketsphinx / --whisper for the references alone")
+    if args.lm is not None and args.model is None:
+        ap.error("--lm is fused into the model's search: give --model too")
     lm = load_model_dir(args.model) if args.model is not None else None
     fusions: dict[str, token_lm.TokenLm | None] = {"": None}
     if args.lm is not None and lm is not None:

@@ -36,6 +36,7 @@ import soxr
 
 from asr_data import clip_check
 from asr_data.manifest import REAL_SPEECH, latest_rows, leg_name
+from asr_server.asr.decoding.token_lm import DEFAULT_FUSION
 from asr_server.asr.training.relay_args import relay_train_args
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +64,7 @@ BAND_LIMITED = ("real", "fotaq_test")
 LOGGED_MODES = ("offline_greedy", "offline_rescore", "stream_greedy", "stream_rescore")
 # With the state's token LM (STATE/lm.arpa.gz, scripts/build_lm.py) at its default weight and bonus, logged as
 # "<split>/<mode>_lm" (eval.py names the mode "<mode>+lm<weight>/<bonus>").
-LM_FILE, LM_FUSION, LM_MODES = "lm.arpa.gz", "0.7/3.0", ("offline_rescore", "stream_rescore")
+LM_FILE, LM_FUSION, LM_MODES = "lm.arpa.gz", DEFAULT_FUSION, ("offline_rescore", "stream_rescore")
 LOG_COLUMNS = ("leg", "date", "step", "train_min", "data_h", "hours_seen")
 # The model card's leg table, written from legs.tsv between these markers after each leg: split -> its label.
 CARD_TABLE = ("<!-- leg table: scripts/relay_leg.py writes it from legs.tsv -->", "<!-- end of the leg table -->")

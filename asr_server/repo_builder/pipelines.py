@@ -27,6 +27,7 @@ from typing import Mapping, Optional, Sequence
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from asr_server.asr.decoding import token_lm
 from asr_server.asr.windows import WindowConfig
 from asr_server.asr.graph_names import STREAMING_STATES
 
@@ -70,8 +71,8 @@ class BuildOptions:
     rescoring: bool = True
     hotwords: Optional[Path] = None  # the model's hotword list, copied next to the decoding models
     lm: Optional[Path] = None  # a token n-gram ARPA fused into the beam search, copied next to them too
-    lm_weight: float = 0.7  # its weight and per-token bonus (token_lm.DEFAULT_WEIGHT / DEFAULT_BONUS)
-    lm_bonus: float = 3.0
+    lm_weight: float = token_lm.DEFAULT_WEIGHT  # its weight in the beam's ranking, and the per-token bonus
+    lm_bonus: float = token_lm.DEFAULT_BONUS
     endpoint: bool = False  # streaming endpointing on by default
     timestamp_shift_ms: str = ""  # "START,END[,ONSET]": how late the model emits words
     inline_graphs: bool = True  # the streaming scorers run the encoder and decoder graphs themselves

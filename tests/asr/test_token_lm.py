@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import gzip
-import os
 import math
+import os
 
 import numpy as np
 import pytest
@@ -70,6 +70,19 @@ def test_unlisted_ngrams_back_off_through_the_weights(lm):
     # p(b | b): bow(b) + p(b)
     _, after_b = lm.score_tokens([B], state=0)
     assert lm.step(after_b, B)[0] == pytest.approx((-0.2 - 0.7) * LN10, abs=1e-6)
+
+
+def test_after_a_back_off_the_state_is_the_longest_listed_suffix(tmp_path):
+    # With the trigram "b c d" listed, "a b c" must land in state (b c): then d scores that trigram's -0.01,
+    # where a state (c) would charge p(d) (unlisted: <unk>).
+    path = tmp_path / "lm.arpa"
+    path.write_text(ARPA.replace("ngram 3=1", "ngram 3=2").replace("-0.05\t<s> a b\n", "-0.05\t<s> a b\n-0.01\tb c d\n"),
+                    encoding="utf-8")
+    lm3 = load_arpa(path, SYMBOLS)
+    _, state = lm3.score_tokens([A, B, C])  # p(c | a b) backs off: bow(a b) + p(c | b)
+    assert lm3.step(state, D)[0] == pytest.approx(-0.01 * LN10, abs=1e-6)
+    _, after_c = lm3.score_tokens([C], state=0)
+    assert lm3.step(after_c, D)[0] == pytest.approx(-3.0 * LN10, abs=1e-6)
 
 
 def test_a_unit_the_lm_never_saw_scores_unk_and_the_end_of_sentence_is_known(lm):
@@ -188,21 +201,33 @@ def test_fused_search_is_the_reference_bit_for_bit_and_resumable(lm, weight, bon
         chunked.advance(log_probs[start:start + 7])
     assert whole.nbest() == ref
     assert chunked.nbest() == ref
-    interpreted = CtcPrefixBeamSearch(options)  # the fallback without numba: the same kernel as Python
+
+
+
+@pytest.mark.parametrize("weight,bonus", [(0.3, 0.5), (0.7, 3.0)])
+def test_the_interpreted_kernel_is_the_compiled_one_bit_for_bit(lm, monkeypatch, weight, bonus):
+    """The fallback without numba runs the same kernels as Python, the LM's step included."""
+    rng = np.random.default_rng(11)
+    log_probs = np.log(rng.dirichlet(np.full(7, 0.3), size=30))
+    options = SearchOptions(beam_size=5, top_k=4, lm=lm.with_weights(weight, bonus))
+    compiled = CtcPrefixBeamSearch(options)
+    compiled.advance(log_probs)
+    monkeypatch.setattr(_ctc_kernels, "lm_step", _ctc_kernels.lm_step.py_func)
+    interpreted = CtcPrefixBeamSearch(options)
     interpreted._kernel = _ctc_kernels.prefix_beam_advance.py_func
     interpreted.advance(log_probs)
-    assert interpreted.nbest() == ref
+    assert interpreted.nbest() == compiled.nbest()
 
 
-def test_an_empty_lm_changes_nothing():
+def test_an_empty_lm_or_one_at_weight_zero_changes_nothing(lm):
     rng = np.random.default_rng(3)
     log_probs = np.log(rng.dirichlet(np.full(7, 0.3), size=30))
-    options = SearchOptions(beam_size=5, top_k=4)
-    plain = CtcPrefixBeamSearch(options)
+    plain = CtcPrefixBeamSearch(SearchOptions(beam_size=5, top_k=4))
     plain.advance(log_probs)
-    with_empty = CtcPrefixBeamSearch(SearchOptions(beam_size=5, top_k=4, lm=token_lm.EMPTY.with_weights(1.0, 1.0)))
-    with_empty.advance(log_probs)
-    assert plain.nbest() == with_empty.nbest()
+    for fused in (token_lm.EMPTY.with_weights(1.0, 1.0), lm.with_weights(0.0, 0.0)):
+        search = CtcPrefixBeamSearch(SearchOptions(beam_size=5, top_k=4, lm=fused))
+        search.advance(log_probs)
+        assert search.nbest() == plain.nbest()
 
 
 def test_a_model_config_names_its_lm_inside_its_folder(tmp_path):

@@ -109,6 +109,8 @@ async def test_a_token_lm_is_copied_next_to_each_decoding_model_and_served(tmp_p
     assert await transcripts(running, built) == (text, text)
     missing = build(tmp_path / "none", "--lm", str(tmp_path / "absent.arpa"))
     assert missing.returncode == 2 and "no such file" in missing.stderr
+    greedy = build(tmp_path / "greedy", "--lm", str(lm), "--search", "greedy")
+    assert greedy.returncode == 2 and "cannot go with --search greedy" in greedy.stderr
 
 
 def our_children() -> set[int]:

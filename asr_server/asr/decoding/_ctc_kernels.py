@@ -12,7 +12,7 @@ Prefix identity without a trie or a dict: each live prefix carries a polynomial 
 overflows) plus the hash of its parent. Two prefixes are only declared equal after their
 tokens compare equal, so a hash collision costs time, never correctness.
 
-One module of about 420 lines on purpose: the kernels share the small compiled helpers and the hashing
+One module of about 490 lines on purpose: the kernels share the small compiled helpers and the hashing
 scheme above, and the one numba-or-Python switch; split, each part would need all three.
 """
 

@@ -46,7 +46,6 @@ def reference_prefix_beam_search(
             score += lm.weight * lm.score_tokens(prefix)[0] + lm.bonus * len(prefix)
         return score
 
-    options = options or SearchOptions()
     k = options.tokens_per_frame
     blank = options.blank_id
     rows = log_probs.tolist() if isinstance(log_probs, np.ndarray) else [list(r) for r in log_probs]

@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import gzip
 import math
+import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -39,6 +40,7 @@ UNK_FLOOR = -10.0 * LN10  # a unit the ARPA neither lists nor gives <unk>: 1e-10
 MAX_WEIGHT = 10.0  # LM weight; beyond a few the LM alone decides and the acoustics are ignored
 MAX_BONUS = 100.0  # per-token bonus, nats
 DEFAULT_WEIGHT, DEFAULT_BONUS = 0.7, 3.0  # chosen on held-out game speakers (open_en_wip MODEL_CARD.md)
+DEFAULT_FUSION = f"{DEFAULT_WEIGHT:.1f}/{DEFAULT_BONUS:.1f}"  # as eval.py's --lm-fusion and its mode names write it
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 
 
@@ -49,9 +51,10 @@ class TokenLm:
     arc_start: np.ndarray  # (S+1,) int64: the arcs of state s are arc_start[s]:arc_start[s+1]
     arc_token: np.ndarray  # (E,) int32 token id, ascending within a state
     arc_next: np.ndarray  # (E,) int32 state after the token
-    arc_logp: np.ndarray  # (E,) float32 natural-log probability of the token after the state's history
+    # float64, so that the kernel sums in float64 compiled or interpreted (numpy would keep float32 sums float32)
+    arc_logp: np.ndarray  # (E,) float64 natural-log probability of the token after the state's history
     backoff: np.ndarray  # (S,) int32 longest listed proper suffix of the state's history (-1: the empty one)
-    backoff_logw: np.ndarray  # (S,) float32 natural-log back-off weight
+    backoff_logw: np.ndarray  # (S,) float64 natural-log back-off weight
     start: int  # the state after <s> (0 when the ARPA has none)
     eos: int  # token id of </s> in arc_token (-1 when the ARPA has none)
     unk_logp: float  # log p of a token the LM does not list
@@ -97,8 +100,8 @@ class TokenLm:
 
 
 def _empty() -> TokenLm:
-    return TokenLm(np.zeros(2, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float32),
-                   np.full(1, -1, np.int32), np.zeros(1, np.float32), 0, -1, UNK_FLOOR, 0)
+    return TokenLm(np.zeros(2, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float64),
+                   np.full(1, -1, np.int32), np.zeros(1, np.float64), 0, -1, UNK_FLOOR, 0)
 
 
 EMPTY = _empty()
@@ -132,7 +135,11 @@ def load_arpa(path: Path, symbols: Sequence[str], weight: float = DEFAULT_WEIGHT
     """An ARPA over the model's units -> TokenLm. ``symbols``: unit id -> its string (units.txt).
     The model instances of one process share the arrays (parsing takes a second or two)."""
     path = Path(path).resolve()
-    return _load_arpa(path, path.stat().st_mtime_ns, tuple(symbols)).with_weights(weight, bonus)
+    with _LOADING:  # instances starting together parse once, and one at a time
+        return _load_arpa(path, path.stat().st_mtime_ns, tuple(symbols)).with_weights(weight, bonus)
+
+
+_LOADING = threading.Lock()
 
 
 @functools.lru_cache(maxsize=4)
@@ -150,7 +157,7 @@ def _load_arpa(path: Path, _mtime_ns: int, symbols: tuple[str, ...]) -> TokenLm:
         try:
             key = tuple(ids[w] if w in ids else extra[w] for w in words)
         except KeyError:
-            continue  # an n-gram with a word the model cannot emit (or <unk> inside) can never be reached
+            continue  # an n-gram with a word the model cannot emit can never be reached
         logp[key] = lp10 * LN10
         if bw10:
             bow[key] = bw10 * LN10
@@ -177,8 +184,8 @@ def _load_arpa(path: Path, _mtime_ns: int, symbols: tuple[str, ...]) -> TokenLm:
         flat.extend(out)
         starts[s + 1] = len(flat)
     backoff = np.array([-1] + [longest_listed_suffix(h[1:]) for h in histories[1:]], np.int32)
-    backoff_logw = np.array([bow.get(h, 0.0) for h in histories], np.float32)
+    backoff_logw = np.array([bow.get(h, 0.0) for h in histories], np.float64)
     return TokenLm(starts, np.array([a[0] for a in flat], np.int32), np.array([a[1] for a in flat], np.int32),
-                   np.array([a[2] for a in flat], np.float32), backoff, backoff_logw,
+                   np.array([a[2] for a in flat], np.float64), backoff, backoff_logw,
                    state_of.get((extra[BOS],), 0), extra[EOS] if (extra[EOS],) in logp else -1,
                    UNK_FLOOR if unk is None else unk, order)

@@ -46,7 +46,9 @@ def hotwords(args: Mapping[str, str], params: Mapping[str, str], tokenizer: Toke
 
 def fusion_lm(args: Mapping[str, str], params: Mapping[str, str], symbols: SymbolTable) -> token_lm.TokenLm | None:
     """The token n-gram fused into the beam search: parameter ``lm_file`` (an ARPA over the model's units, .gz
-    allowed, inside the model's folder), weighted by ``lm_weight`` with ``lm_bonus`` per token; None without."""
+    allowed, inside the model's folder), weighted by ``lm_weight`` with ``lm_bonus`` per token; None without.
+    With it the n-best scores (DETAILS' ``nbest``, and the CTC score attention rescoring weighs) include the
+    fusion term."""
     name = params.get("lm_file", "")
     if not name:
         return None
@@ -154,7 +156,9 @@ def decoder_setup(args: Mapping[str, str]) -> DecoderSetup:
     """The decoding models' initialize(): Triton's ``args`` -> tokenizer, decoding settings and hotwords."""
     params = parameters(args)
     tok = tokenizer(args, params)
-    settings = dataclasses.replace(decoding_settings(params, tok.symbols), lm=fusion_lm(args, params, tok.symbols))
+    settings = decoding_settings(params, tok.symbols)
+    if settings.search_method != "greedy":  # greedy search has no beam for an LM to rerank
+        settings = dataclasses.replace(settings, lm=fusion_lm(args, params, tok.symbols))
     return DecoderSetup(params, tok, settings, hotwords(args, params, tok))
 
 

@@ -12,9 +12,10 @@ SAMPLE_RATE = 16000  # Hz; the corpus is written at this rate and the fbank expe
 
 def read_data_dir(d: Path) -> list[tuple[str, str, str]]:
     """(utt, wav path, text) from wav.scp + text."""
-    wavs = dict(line.split(maxsplit=1) for line in (d / "wav.scp").read_text().splitlines() if line.strip())
+    wavs = dict(line.split(maxsplit=1) for line in (d / "wav.scp").read_text(encoding="utf-8").splitlines()
+                if line.strip())
     rows = []
-    for line in (d / "text").read_text().splitlines():
+    for line in (d / "text").read_text(encoding="utf-8").splitlines():
         parts = line.split(maxsplit=1)
         if len(parts) == 2 and parts[0] in wavs:
             rows.append((parts[0], wavs[parts[0]].strip(), parts[1].strip()))
