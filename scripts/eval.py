@@ -307,6 +307,8 @@ def main(argv=None) -> int:
             print(f"  {k:32s} {v}")
         for i in range(min(args.show, len(rows)) if hyps else 0):
             print(f"    REF {refs[i]}\n    HYP {hyps['offline_rescore'][i]}")
+            for suffix in list(fusions)[1:]:  # the same utterance with each fused LM
+                print(f"    HYP{suffix} {hyps[f'offline_rescore{suffix}'][i]}")
         sys.stdout.flush()
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
