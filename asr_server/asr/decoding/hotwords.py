@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..model_files import file_in_folder
 from .numbers import bounded_float
 
 DEFAULT_SCORE = 2.0  # bonus per matched token (natural-log units; icefall's recipes use 1.5-2)
@@ -159,10 +160,7 @@ class Hotwords:
         if name:
             if model_dir is None:
                 raise ValueError("hotwords_file needs the model's folder")
-            root = Path(model_dir).resolve()
-            path = (root / name).resolve()
-            if root != path and root not in path.parents:  # a config cannot make us read outside its folder
-                raise ValueError(f"hotwords_file {name!r} is outside the model's folder")
+            path = file_in_folder(model_dir, name, "hotwords_file")
             phrases = parse_phrases(path.read_text(encoding="utf-8"), score, separators="\n")
         return cls(encode, phrases, score)
 

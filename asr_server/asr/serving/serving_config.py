@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 from ..decoding.endpoint import EndpointRules
 from ..decoding import token_lm
 from ..decoding.hotwords import Hotwords
+from ..model_files import file_in_folder
 from ..features.fbank import FbankConfig, batch_fbank_computer
 from .pipeline import DecodingSettings
 from ..windows import WindowConfig
@@ -52,10 +53,7 @@ def fusion_lm(args: Mapping[str, str], params: Mapping[str, str], symbols: Symbo
     name = params.get("lm_file", "")
     if not name:
         return None
-    root = Path(args["model_repository"]).resolve()
-    path = (root / name).resolve()
-    if root not in path.parents:  # a config cannot make us read outside its folder
-        raise ValueError(f"lm_file {name!r} is outside the model's folder")
+    path = file_in_folder(args["model_repository"], name, "lm_file")
     return token_lm.load_arpa(path, symbols.id_to_symbol, params.get("lm_weight", token_lm.DEFAULT_WEIGHT),
                               params.get("lm_bonus", token_lm.DEFAULT_BONUS))
 
