@@ -10,7 +10,7 @@ protobuf, as gRPC hands them over) for the bundled `streaming_wenet` config with
 transcript (bench/stream_overhead.py's), each answer serialised as gRPC would. Streams send in groups of
 `--group` spaced past the batcher's queue delay; the config's two instances share a group, so the default 10
 gives batches of about 5, as under bench/stream_overhead.py's paced load (4.6). Prints the process CPU per
-chunk (all threads); with --profile, the top functions of the event loop thread by own and inclusive time
+chunk (all threads, and by thread); with --profile, the top functions of the event loop thread by own and inclusive time
 (cProfile).
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import os
 import pstats
 import struct
 import sys
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from bench._server import ECHO_TRANSCRIPT
 from bench.lean_streams import chunk_request
+from bench.stream_cpu import thread_cpu
 from bench.stream_overhead import no_op_repository
 
 CHUNK_SAMPLES = 10240  # 640 ms at 16 kHz: the bundled client's chunk
@@ -106,7 +108,7 @@ async def run(repo: Path, streams: int, rounds: int, group: int, profile: cProfi
     cpu = wall = 0.0
     for index in range(rounds):
         if index == 2:  # two rounds of warm-up: sequences started, caches warm
-            cpu, wall = time.process_time(), time.monotonic()
+            cpu, wall, threads = time.process_time(), time.monotonic(), thread_cpu(os.getpid())
             if profile is not None:
                 profile.enable()
         round_done.clear()
@@ -118,12 +120,15 @@ async def run(repo: Path, streams: int, rounds: int, group: int, profile: cProfi
     if profile is not None:
         profile.disable()
     cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    by_thread = thread_cpu(os.getpid())
+    by_thread.subtract(threads)
     await asyncio.gather(*consumers)
     stats = core.statistics("streaming_wenet", "")
     await manager.shutdown()
     chunks = streams * (rounds - 2)
     return {"cpu_ms_per_chunk": 1000 * cpu / chunks, "chunks": chunks, "answered": answered[0],
-            "errors": errors[0], "stats": stats, "cores": cpu / wall}
+            "errors": errors[0], "stats": stats, "cores": cpu / wall,
+            "thread_ms_per_chunk": {name: 1000 * sec / chunks for name, sec in by_thread.most_common() if sec > 0}}
 
 
 def mean_batch(stats) -> float:
@@ -146,6 +151,8 @@ def main() -> int:
     print(f"{args.streams} streams x {args.rounds - 2} measured rounds, groups of {args.group}: "
           f"{result['cpu_ms_per_chunk']:.3f} ms of CPU per chunk (all threads, {result['cores']:.2f} cores), "
           f"mean batch {mean_batch(result['stats']):.1f}, errors {result['errors']}")
+    print("  by thread (ms per chunk; clock ticks of 10 ms): " + ", ".join(
+        f"{name} {ms:.3f}" for name, ms in result["thread_ms_per_chunk"].items()))
     if profile is not None:
         stats = pstats.Stats(profile)
         stats.sort_stats("tottime").print_stats(args.profile)
