@@ -118,9 +118,29 @@ _CHECKED_ONLY_SET = frozenset(_CHECKED_ONLY)
 _CONTROL_KEYS = (*_CHECKED_ONLY, "sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
 
 
+# The controls of parameter sets already read over gRPC, whose values are all hashable: a stream's chunks
+# repeat the same sequence_id / sequence_start / sequence_end, and reading them was a tenth of a chunk's
+# conversion. Bounded: past the limit the table starts again.
+_SEEN_GRPC_CONTROLS: dict[tuple, "Controls"] = {}
+SEEN_CONTROLS_LIMIT = 4096
+
+
 def controls(params: Mapping[str, Typed], http: bool) -> Controls:
     if not params:
         return _NO_CONTROLS
+    if http:  # JSON values may be lists or objects, which cannot be a key
+        return _read_controls(params, http)
+    key = tuple(params.items())
+    found = _SEEN_GRPC_CONTROLS.get(key)
+    if found is None:
+        found = _read_controls(params, http)  # a refused set raises here and is not kept
+        if len(_SEEN_GRPC_CONTROLS) >= SEEN_CONTROLS_LIMIT:
+            _SEEN_GRPC_CONTROLS.clear()
+        _SEEN_GRPC_CONTROLS[key] = found
+    return found
+
+
+def _read_controls(params: Mapping[str, Typed], http: bool) -> Controls:
     values = {key: checked(key, params[key], http) for key in _CONTROL_KEYS if key in params}
     if values.keys() <= _CHECKED_ONLY_SET:
         return _NO_CONTROLS

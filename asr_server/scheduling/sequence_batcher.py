@@ -31,7 +31,7 @@ from asr_server.scheduling.base import Scheduler
 from asr_server.scheduling.instances import Instance, InstancePool
 from asr_server.scheduling.pending import Pending
 from asr_server.scheduling.sequence_options import SequenceOptions
-from asr_server.scheduling.sequence_state import add_sequence_inputs, keep_states
+from asr_server.scheduling.sequence_state import SharedControlTensors, add_sequence_inputs, keep_states
 from asr_server.scheduling.sequence_table import Sequence, SequenceTable
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ class SequenceBatcher(Scheduler):
     def __init__(self, pool: InstancePool, options: SequenceOptions, clock: Optional[Clock] = None) -> None:
         super().__init__(pool)
         self.options = options
+        self._controls = SharedControlTensors(options.controls, options.batched)
         self._clock_override = clock
         self.table = SequenceTable(options.model, pool.instances)
         self._forming: list[Pending] = []  # taken from their queues, not yet handed to an instance
@@ -217,7 +218,7 @@ class SequenceBatcher(Scheduler):
 
     def _prepare(self, sequence: Sequence, pending: Pending) -> None:
         options = self.options
-        add_sequence_inputs(pending.request, sequence.states, options.controls, options.states, options.batched)
+        add_sequence_inputs(pending.request, sequence.states, self._controls, options.states, options.batched)
         if options.states:
             # Runs in the instance thread, before the response is delivered: the next step of this sequence
             # cannot be taken before (it waits for `running` to clear on the loop).

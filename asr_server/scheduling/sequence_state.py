@@ -83,6 +83,32 @@ def control_tensors(controls: Sequence[ControlInput], request: InferRequest, bat
     return tensors
 
 
+class SharedControlTensors:
+    """A model's control tensors, made once for each (sequence id, START, END) and shared by the requests that
+    carry them: every chunk of a stream carries the same few values, and making the tensors anew cost each
+    chunk more than the rest of its sequence bookkeeping. Tensors holding a client's string (a BYTES CORRID)
+    are made per request, as `control_tensors` does, and never kept."""
+
+    LIMIT = 4096  # entries (about two per live stream); past it the table starts again
+
+    def __init__(self, controls: Sequence[ControlInput], batched: bool) -> None:
+        self.controls, self.batched = tuple(controls), batched
+        self._shareable = not any(control.datatype == "BYTES" for control in self.controls)
+        self._made: dict[tuple, tuple[Tensor, ...]] = {}
+
+    def __call__(self, request: InferRequest) -> Sequence[Tensor]:
+        if not self._shareable:
+            return control_tensors(self.controls, request, self.batched)
+        sequence = request.sequence
+        key = (type(sequence.id), sequence.id, sequence.start, sequence.end)
+        tensors = self._made.get(key)
+        if tensors is None:
+            if len(self._made) >= self.LIMIT:
+                self._made.clear()
+            tensors = self._made[key] = tuple(control_tensors(self.controls, request, self.batched))
+        return tensors
+
+
 @functools.lru_cache(maxsize=4096)  # START/END/READY take two values each; a numeric CORRID one per sequence
 def _control_array(value, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
     """A control's value as a read-only array, made once and shared by every request that carries it (the
@@ -136,11 +162,11 @@ def initial_state(spec: StateSpec) -> np.ndarray:
     return np.zeros(spec.dims, dtype=numpy_dtype(spec.datatype))
 
 
-def add_sequence_inputs(request: InferRequest, states: dict[str, np.ndarray], controls: Sequence[ControlInput],
+def add_sequence_inputs(request: InferRequest, states: dict[str, np.ndarray], controls: SharedControlTensors,
                         specs: Sequence[StateSpec], batched: bool) -> None:
     """Append the controls and the sequence's state inputs to `request`. `states` (input name -> array
     without the batch dimension) is the sequence's; a START request (re)starts it from the initial state."""
-    request.inputs = list(request.inputs) + control_tensors(controls, request, batched)
+    request.inputs = [*request.inputs, *controls(request)]
     for spec in specs:
         if request.sequence.start or spec.input_name not in states:
             states[spec.input_name] = initial_state(spec)

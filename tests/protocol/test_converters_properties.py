@@ -324,3 +324,30 @@ def test_http_sequence_id_bounds(value, ok):
     header = {"inputs": [], "parameters": {"sequence_id": value}}
     parsed = invalid_or_ok(lambda: hc.request_from_json("m", "1", header, memoryview(b"")))
     assert (parsed is not None) == ok
+
+
+def test_grpc_controls_seen_before_are_reused_refused_ones_refused_every_time(monkeypatch):
+    """A stream's chunks repeat their sequence parameters: the controls read from a set are kept and reused,
+    a set that was refused is refused again (never kept), and the table stays bounded."""
+    from asr_server.protocol import parameters
+
+    def chunk(sequence_id, start: bool = False) -> pb.ModelInferRequest:
+        request = pb.ModelInferRequest(model_name="m")
+        request.parameters["sequence_id"].int64_param = sequence_id
+        request.parameters["sequence_start"].bool_param = start
+        return request
+
+    first = converters.request_from_pb(chunk(5, start=True)).sequence
+    assert (first.id, first.start, first.end) == (5, True, False)
+    assert converters.request_from_pb(chunk(5, start=True)).sequence is first
+    assert converters.request_from_pb(chunk(5)).sequence.start is False
+    bad = chunk(5)
+    bad.parameters["sequence_end"].string_param = "yes"
+    for _ in range(2):
+        with pytest.raises(ServerError) as refused:
+            converters.request_from_pb(bad)
+        assert refused.value.code == ErrorCode.INVALID_ARGUMENT and "sequence_end" in refused.value.message
+    monkeypatch.setattr(parameters, "SEEN_CONTROLS_LIMIT", 4)
+    for sequence_id in range(100, 120):
+        assert converters.request_from_pb(chunk(sequence_id)).sequence.id == sequence_id
+    assert len(parameters._SEEN_GRPC_CONTROLS) <= 4

@@ -27,7 +27,7 @@ from asr_server.scheduling.instances import Instance, InstancePool
 from asr_server.scheduling.pending import Pending, ResponseChannel
 from asr_server.scheduling.sequence_batcher import MAX_LOOP_FAILURES, SequenceBatcher
 from asr_server.scheduling.sequence_options import DEFAULT_MAX_SEQUENCES, sequence_options
-from asr_server.scheduling.sequence_state import control_inputs, control_tensors, corrid_value
+from asr_server.scheduling.sequence_state import SharedControlTensors, control_inputs, control_tensors, corrid_value
 from tests.helpers.grpc_streams import stream_all, x_input
 from tests.helpers.sequence_models import accumulator, py_accumulator
 
@@ -289,6 +289,37 @@ def test_control_tensors_are_shared_read_only_arrays_of_the_declared_types():
     assert other["CORRID"].data.tolist() == [[8]] and other["START"].data.tolist() == [[0]]
     with pytest.raises(ValueError):
         first["START"].data[0, 0] = 5
+
+
+def test_each_sequence_step_shares_its_control_tensors_and_the_table_stays_bounded(monkeypatch):
+    """The batcher's controls come from a table: a stream's chunks reuse the tensors made for the same
+    (id, START, END), other flags or ids get their own, and past the limit the table starts again."""
+    config = mc.ModelConfig()
+    text_format.Parse(f"sequence_batching {{ {CONTROLS} }}", config)
+    shared = SharedControlTensors(control_inputs(config), batched=True)
+
+    def tensors(sequence_id, **flags):
+        return shared(InferRequest("m", sequence=SequenceControl(sequence_id, **flags)))
+
+    middle = tensors(7)
+    assert tensors(7) is middle
+    assert [t.data.tolist() for t in middle] == [[[0]], [[0.0]], [[True]], [[7]]]
+    assert tensors(7, end=True) is not middle and tensors(7, end=True)[1].data.tolist() == [[1.0]]
+    assert tensors("7") is not middle  # a string id (hashed for UINT64) is another sequence than 7
+    monkeypatch.setattr(SharedControlTensors, "LIMIT", 3)
+    for sequence_id in range(100, 110):
+        tensors(sequence_id)
+    assert len(shared._made) <= 3 and tensors(109)[3].data.tolist() == [[109]]
+
+
+def test_a_string_correlation_id_in_a_bytes_control_is_never_kept():
+    config = mc.ModelConfig()
+    text_format.Parse('''sequence_batching { control_input { name: "CORRID" control {
+        kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } } }''', config)
+    shared = SharedControlTensors(control_inputs(config), batched=False)
+    request = InferRequest("m", sequence=SequenceControl("utterance-1"))
+    first = shared(request)
+    assert first[0].data.tolist() == [b"utterance-1"] and shared(request) is not first and not shared._made
 
 
 def test_string_correlation_ids_reach_the_model_as_bytes_or_hashed_to_uint64():
