@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server import dtypes
 from asr_server.backends.base import Backend, ExecuteResult, batcher_inputs, batcher_outputs, context_parameters
-from asr_server.backends.reshape import WILDCARD_DIM, to_client_shape, to_model_shape
+from asr_server.backends.reshape import WILDCARD_DIM, Reshape
 from asr_server.errors import ErrorCode, ServerError, internal, invalid_argument
 from asr_server.messages import InferRequest, InferResponse, ResponseSink, Tensor
 
@@ -107,12 +107,12 @@ class TensorBatchBackend(Backend):
         return results
 
     @functools.cached_property
-    def _input_reshapes(self) -> dict[str, mc.ModelInput]:
-        return {io.name: io for io in self.context.config.input if io.HasField("reshape")}
+    def _input_reshapes(self) -> dict[str, Reshape]:
+        return {io.name: Reshape.to_model(io) for io in self.context.config.input if io.HasField("reshape")}
 
     @functools.cached_property
-    def _output_reshapes(self) -> dict[str, mc.ModelOutput]:
-        return {io.name: io for io in self.context.config.output if io.HasField("reshape")}
+    def _output_reshapes(self) -> dict[str, Reshape]:
+        return {io.name: Reshape.to_client(io) for io in self.context.config.output if io.HasField("reshape")}
 
     def _request_feeds(self, request: InferRequest) -> dict[str, np.ndarray]:
         reshapes = self._input_reshapes
@@ -123,8 +123,7 @@ class TensorBatchBackend(Backend):
                 raise invalid_argument(f"expected input '{name}' for model '{self.context.name}'")
             array = tensor.data
             if name in reshapes:
-                io = reshapes[name]
-                array = to_model_shape(array, io, self._batching)
+                array = reshapes[name](array, self._batching)
             feeds[name] = self._prepare_input(name, array)
         return feeds
 
@@ -159,9 +158,9 @@ class TensorBatchBackend(Backend):
 
     def _restore_output(self, name: str, array: np.ndarray) -> np.ndarray:
         """Model output -> wire form: config dims instead of `reshape`, BYTES as object arrays of bytes."""
-        io = self._output_reshapes.get(name)
-        if io is not None:
-            array = to_client_shape(array, io, self._batching)
+        reshape = self._output_reshapes.get(name)
+        if reshape is not None:
+            array = reshape(array, self._batching)
         if array.dtype.kind in ("U", "S", "O"):
             array = _as_bytes_array(array)
         return array

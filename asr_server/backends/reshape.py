@@ -7,7 +7,8 @@ as WeNet's streaming scorer returns its transcript) gets the config dims alone, 
 
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+from typing import Optional, Sequence
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
@@ -28,9 +29,12 @@ def reshape_dims(
     """
     has_batch = batching and array.ndim > 0
     batch = array.shape[:1] if has_batch else ()
-    actual = array.shape[1:] if has_batch else array.shape
-    variable_sizes = [size for size, dim in zip(actual, from_dims) if dim == WILDCARD_DIM]
-    target = [variable_sizes.pop(0) if dim == WILDCARD_DIM and variable_sizes else dim for dim in to_dims]
+    if WILDCARD_DIM in to_dims:
+        actual = array.shape[1:] if has_batch else array.shape
+        variable_sizes = [size for size, dim in zip(actual, from_dims) if dim == WILDCARD_DIM]
+        target = [variable_sizes.pop(0) if dim == WILDCARD_DIM and variable_sizes else dim for dim in to_dims]
+    else:
+        target = to_dims
     try:
         return array.reshape(*batch, *target)
     except ValueError:
@@ -39,15 +43,24 @@ def reshape_dims(
         ) from None
 
 
-def to_model_shape(array: np.ndarray, io: mc.ModelInput, batching: bool) -> np.ndarray:
-    """An input as the model takes it: config dims -> reshape.shape (unchanged without a reshape)."""
-    if not io.HasField("reshape"):
-        return array
-    return reshape_dims(array, io.dims, io.reshape.shape, batching, io.name)
+@dataclasses.dataclass(frozen=True)
+class Reshape:
+    """One tensor's reshape with its dims read out of the config once: a streamed chunk's output is reshaped
+    on every chunk, and reading a protobuf's repeated fields each time cost more than the reshape."""
 
+    name: str
+    from_dims: tuple[int, ...]
+    to_dims: tuple[int, ...]
 
-def to_client_shape(array: np.ndarray, io: mc.ModelOutput, batching: bool) -> np.ndarray:
-    """An output as clients see it: reshape.shape -> config dims (unchanged without a reshape)."""
-    if not io.HasField("reshape"):
-        return array
-    return reshape_dims(array, io.reshape.shape, io.dims, batching, io.name)
+    @classmethod
+    def to_model(cls, io: mc.ModelInput) -> Optional["Reshape"]:
+        """config dims -> reshape.shape; None without a reshape."""
+        return cls(io.name, tuple(io.dims), tuple(io.reshape.shape)) if io.HasField("reshape") else None
+
+    @classmethod
+    def to_client(cls, io: mc.ModelOutput) -> Optional["Reshape"]:
+        """reshape.shape -> config dims; None without a reshape."""
+        return cls(io.name, tuple(io.reshape.shape), tuple(io.dims)) if io.HasField("reshape") else None
+
+    def __call__(self, array: np.ndarray, batching: bool) -> np.ndarray:
+        return reshape_dims(array, self.from_dims, self.to_dims, batching, self.name)

@@ -276,6 +276,58 @@ def test_non_decoupled_model_may_answer_through_its_sender(tmp_path: Path) -> No
         backend.unload()
 
 
+def test_a_sender_made_on_first_use_is_the_same_one_after(tmp_path: Path) -> None:
+    """A non-decoupled request's sender is made when the model first asks for it; asking again gives the same
+    sender, which still refuses a second response."""
+    model_dir, config = write_model(
+        tmp_path,
+        "sender_twice",
+        "import numpy as np\n"
+        "import triton_python_backend_utils as pb_utils\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        sender = requests[0].get_response_sender()\n"
+        "        same = requests[0].get_response_sender() is sender\n"
+        "        sender.send(pb_utils.InferenceResponse([pb_utils.Tensor('Y', np.array([same], dtype=np.int32))]))\n"
+        "        try:\n"
+        "            requests[0].get_response_sender().send(pb_utils.InferenceResponse([]))\n"
+        "        except pb_utils.TritonModelException:\n"
+        "            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)\n"
+        "        return None\n",
+    )
+    backend = PythonBackend(make_context(model_dir, config=config))
+    backend.load()
+    try:
+        [result] = backend.execute([request("sender_twice")])
+        assert result.output("Y").data.tolist() == [1]
+    finally:
+        backend.unload()
+
+
+def test_bytes_outputs_pass_through_and_text_outputs_become_bytes(tmp_path: Path) -> None:
+    model_dir, config = write_model(
+        tmp_path,
+        "text_out",
+        "import numpy as np\n"
+        "import triton_python_backend_utils as pb_utils\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        return [pb_utils.InferenceResponse([\n"
+        "            pb_utils.Tensor('B', np.array([b'a', b'bc'], dtype=np.object_)),\n"
+        "            pb_utils.Tensor('S', np.array(['dé', 7], dtype=np.object_)),\n"
+        "            pb_utils.Tensor('U', np.array(['x', 'yz']))]) for _ in requests]\n",
+    )
+    backend = PythonBackend(make_context(model_dir, config=config))
+    backend.load()
+    try:
+        [result] = backend.execute([request("text_out")])
+        assert {name: result.output(name).data.tolist() for name in "BSU"} == {
+            "B": [b"a", b"bc"], "S": ["dé".encode(), b"7"], "U": [b"x", b"yz"]}
+        assert {result.output(name).datatype for name in "BSU"} == {"BYTES"}
+    finally:
+        backend.unload()
+
+
 def test_execute_returning_a_non_list_fails_each_request(tmp_path: Path) -> None:
     model_dir, config = write_model(
         tmp_path,

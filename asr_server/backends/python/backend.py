@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import logging
 import types
 from pathlib import Path
-from typing import Any, Coroutine, Optional, Sequence, Union
+from typing import Any, Callable, Coroutine, Optional, Sequence, Union
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -36,7 +37,7 @@ from asr_server.backends.python.importer import (
 )
 from asr_server.backends.python.process_model import PARAMETER as PROCESS_PARAMETER
 from asr_server.backends.python.process_model import ProcessModel, wants_process
-from asr_server.backends.reshape import to_client_shape, to_model_shape
+from asr_server.backends.reshape import Reshape
 from asr_server.errors import ServerError, internal, invalid_argument
 from asr_server.messages import InferRequest, InferResponse, ResponseSink
 
@@ -60,11 +61,13 @@ class PythonBackend(Backend):
         self._module: Optional[types.ModuleType] = None
         self._model: Any = None
         self._output_names = [output.name for output in context.config.output]
+        self._version_name = str(context.version)
         # Triton hands python models their inputs in the config's `reshape` shape, and reports outputs in
         # the config's dims: the inputs and outputs that carry a reshape, by name.
         self._batching = context.config.max_batch_size > 0
-        self._input_reshapes = {io.name: io for io in context.config.input if io.HasField("reshape")}
-        self._output_reshapes = {io.name: io for io in context.config.output if io.HasField("reshape")}
+        self._input_reshapes = {io.name: Reshape.to_model(io) for io in context.config.input if io.HasField("reshape")}
+        self._output_reshapes = {io.name: Reshape.to_client(io) for io in context.config.output
+                                 if io.HasField("reshape")}
 
     # ---- configuration
 
@@ -151,7 +154,10 @@ class PythonBackend(Backend):
             results = dict(zip(keep, kept))
             return [refused[i] if i in refused else results[i] for i in range(len(requests))]
         captured: list[list[Optional[InferResponse]]] = [[] for _ in requests]
-        pb_senders = [self._sender(i, r, senders, captured[i]) for i, r in enumerate(requests)]
+        if self._decoupled:
+            pb_senders = [self._sender(i, r, senders, captured[i]) for i, r in enumerate(requests)]
+        else:  # made when the model asks for one: most return their response instead
+            pb_senders = [functools.partial(self._sender, i, r, senders, captured[i]) for i, r in enumerate(requests)]
         pb_requests = [self._pb_request(r, s) for r, s in zip(requests, pb_senders)]
         with use_route(self._route):
             try:
@@ -184,10 +190,16 @@ class PythonBackend(Backend):
             f"message: {type(exc).__name__}: {exc}"
         )
 
-    def _pb_request(self, request: InferRequest, sender: pb_utils.InferenceResponseSender) -> pb_utils.InferenceRequest:
+    def _pb_request(self, request: InferRequest,
+                    sender: Union[pb_utils.InferenceResponseSender, Callable[[], pb_utils.InferenceResponseSender]]
+                    ) -> pb_utils.InferenceRequest:
         requested = [output.name for output in request.outputs] or list(self._output_names)
+        if self._input_reshapes:
+            inputs = [self._model_input(t) for t in request.inputs]
+        else:
+            inputs = [pb_input(t) for t in request.inputs]
         return self._api.InferenceRequest._received(
-            inputs=[self._model_input(t) for t in request.inputs],
+            inputs=inputs,
             requested_output_names=requested,
             model_name=self.context.name,
             model_version=self.context.version,
@@ -202,16 +214,16 @@ class PythonBackend(Backend):
         )
 
     def _model_input(self, tensor: messages.Tensor) -> pb_utils.Tensor:
-        io = self._input_reshapes.get(tensor.name)
-        if io is None:
+        reshape = self._input_reshapes.get(tensor.name)
+        if reshape is None:
             return pb_input(tensor)
-        return pb_utils.Tensor(tensor.name, to_model_shape(tensor.data, io, self._batching))
+        return pb_utils.Tensor(tensor.name, reshape(tensor.data, self._batching))
 
     def _client_output(self, tensor: messages.Tensor) -> messages.Tensor:
-        io = self._output_reshapes.get(tensor.name)
-        if io is None:
+        reshape = self._output_reshapes.get(tensor.name)
+        if reshape is None:
             return tensor
-        return messages.Tensor(tensor.name, tensor.datatype, to_client_shape(tensor.data, io, self._batching))
+        return messages.Tensor(tensor.name, tensor.datatype, reshape(tensor.data, self._batching))
 
     def _sender(
         self,
@@ -242,12 +254,15 @@ class PythonBackend(Backend):
         if response.has_error():
             return server_error(response.error())
         try:
-            outputs = [self._client_output(server_tensor(t)) for t in response.output_tensors()]
+            if self._output_reshapes:
+                outputs = [self._client_output(server_tensor(t)) for t in response.output_tensors()]
+            else:
+                outputs = [server_tensor(t) for t in response.output_tensors()]
         except (ValueError, TypeError) as exc:
             return internal(f"model '{self.context.name}' produced an invalid output: {exc}")
         return InferResponse(
             model_name=self.context.name,
-            model_version=str(self.context.version),
+            model_version=self._version_name,
             id=request.id,
             outputs=outputs,
             parameters=dict(response._parameters),

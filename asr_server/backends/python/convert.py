@@ -23,9 +23,13 @@ def _as_bytes(item: Any) -> bytes:
 
 
 def bytes_array(data: np.ndarray) -> np.ndarray:
-    """An object/bytes/str array -> the same shape as `np.object_` of `bytes` (str as UTF-8)."""
+    """An object/bytes/str array -> the same shape as `np.object_` of `bytes` (str as UTF-8); an object array
+    of `bytes` already (a streamed chunk's transcript) is returned as it is, as numeric outputs are."""
+    items = data.reshape(-1).tolist()
+    if data.dtype == np.object_ and all(type(item) is bytes for item in items):
+        return data
     out = np.empty(data.shape, dtype=np.object_)
-    out.reshape(-1)[:] = [_as_bytes(item) for item in data.reshape(-1).tolist()]
+    out.reshape(-1)[:] = [_as_bytes(item) for item in items]
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Callable, ClassVar, Optional, Sequence, Union
 
 from asr_server.backends.python.api.datatypes import (
@@ -19,6 +20,10 @@ from asr_server.backends.python.api.responses import (
 )
 from asr_server.backends.python.api.routes import ModelRoute, calling_route
 from asr_server.backends.python.api.tensors import Tensor
+
+
+# Guards making a request's sender on first use: a model may ask for it from two threads at once.
+_SENDER_MADE = threading.Lock()
 
 
 class _Trace:
@@ -89,12 +94,13 @@ class InferenceRequest:
         timeout: int,
         parameters_json: str,
         cancelled: Callable[[], bool],
-        response_sender: InferenceResponseSender,
+        response_sender: Union[InferenceResponseSender, Callable[[], InferenceResponseSender]],
         route: ModelRoute,
     ) -> "InferenceRequest":
         """A request as the backend hands it to `execute` (parameters already a JSON string). The server built
         and checked every field, so the checks and conversions of `__init__` (which guard what a model's BLS
-        code passes) are skipped: this runs for every request, streamed chunks included."""
+        code passes) are skipped: this runs for every request, streamed chunks included. `response_sender`
+        may be a function that makes it, called when the model first asks for it (most models never do)."""
         request = cls.__new__(cls)
         request._request_id = request_id
         request._correlation_id = correlation_id
@@ -143,9 +149,15 @@ class InferenceRequest:
         return bool(self._cancelled())
 
     def get_response_sender(self) -> InferenceResponseSender:
-        if self._response_sender is None:
+        sender = self._response_sender
+        if sender is None:
             raise TritonModelException("a BLS request has no response sender")
-        return self._response_sender
+        if not isinstance(sender, InferenceResponseSender):  # made on first use (see `_received`)
+            with _SENDER_MADE:
+                if not isinstance(self._response_sender, InferenceResponseSender):
+                    self._response_sender = self._response_sender()
+                sender = self._response_sender
+        return sender
 
     def set_release_flags(self, flags: int) -> None:
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
