@@ -217,12 +217,15 @@ class InferenceCore:
                 item.final = final if isinstance(item, InferResponse) else True
             yield item
 
-    def submit(self, request: InferRequest, on_answer: Callable[[Union[InferResponse, ServerError]], None]) -> None:
+    def submit(self, request: InferRequest, on_answer: Callable[[Union[InferResponse, ServerError]], None],
+               loaded: Optional[LoadedVersion] = None) -> None:
         """One request of a model with one response per request, answered through ``on_answer`` (its response
         or its error) on the loop thread: what `stream` does for such a model without a task, a queue and two
         async generators per request (the gRPC stream's per-chunk path). Raises ServerError when the request
-        is refused before it is queued; the caller checks that the model is not decoupled."""
-        loaded = self.manager.get(request.model_name, request.model_version)
+        is refused before it is queued; the caller checks that the model is not decoupled (`loaded`: the
+        version it found for the request, which is then not looked up again)."""
+        if loaded is None:
+            loaded = self.manager.get(request.model_name, request.model_version)
 
         def delivered(item: Delivery, final: bool) -> None:
             # runs inside the scheduler's delivery loop: nothing may escape from here into it

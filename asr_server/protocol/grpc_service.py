@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import AsyncIterator, Union
+from typing import AsyncIterator, Optional, Union
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
@@ -21,6 +21,7 @@ from asr_server.protocol import converters
 from asr_server.protocol import parameters
 from asr_server.protocol.runtime_settings import RuntimeSettings
 from asr_server.protocol.status import GRPC_STATUS
+from asr_server.repository.manager import LoadedVersion
 from asr_server.messages import InferRequest, InferResponse
 from asr_server.workers import FORWARDED_HEADER
 
@@ -161,10 +162,11 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             try:
                 request = converters.request_from_pb(message, self.core.shared_memory)
                 request.cancelled = context.cancelled
-                if not self._is_decoupled(request.model_name, request.model_version):
+                loaded = self._loaded(request)
+                if loaded is None or not loaded.decoupled:  # None: `submit` raises why
                     waiting[0] += 1
                     try:
-                        self.core.submit(request, answer_of(message, request))
+                        self.core.submit(request, answer_of(message, request), loaded)
                     except BaseException:
                         waiting[0] -= 1
                         raise
@@ -251,11 +253,12 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 )
             )
 
-    def _is_decoupled(self, name: str, version: str) -> bool:
+    def _loaded(self, request: InferRequest) -> Optional[LoadedVersion]:
+        """The model version serving `request`, or None when there is none."""
         try:
-            return self.core.manager.get(name, version).decoupled
+            return self.core.manager.get(request.model_name, request.model_version)
         except ServerError:
-            return False
+            return None
 
     @staticmethod
     def _stream_error(message: pb.ModelInferRequest, error: ServerError) -> pb.ModelStreamInferResponse:
