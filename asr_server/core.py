@@ -321,6 +321,9 @@ def _healthy(loaded: LoadedVersion) -> bool:
     return loaded.scheduler.healthy
 
 
+MEMO_MAX_OUTPUTS = 8  # requests naming more outputs are validated in full every time
+
+
 def validate_request(config: mc.ModelConfig, request: InferRequest, rules: Optional[validation.RequestRules] = None) -> None:
     """Check a request against its model's config (or the rules read from it), with Triton's words."""
     rules = rules or validation.RequestRules.of(config)
@@ -332,6 +335,15 @@ def validate_request(config: mc.ModelConfig, request: InferRequest, rules: Optio
     problem = request.sequence.id_problem(model)
     if problem:
         raise refuse(problem)
+    # Accepted signatures hold only declared names, each input once: their size is bounded by the config.
+    # Requested outputs may repeat a name any number of times, and any name when the config declares none:
+    # such requests are checked in full every time.
+    signature = None
+    if len(request.outputs) <= MEMO_MAX_OUTPUTS and (rules.outputs or not request.outputs):
+        signature = (tuple([(t.name, t.datatype, t.data.shape) for t in request.inputs]),
+                     tuple([o.name for o in request.outputs]))
+        if signature in rules.accepted:
+            return
     declared = rules.inputs
     given = [t.name for t in request.inputs]
     if len(set(given)) != len(given):
@@ -381,6 +393,10 @@ def validate_request(config: mc.ModelConfig, request: InferRequest, rules: Optio
     for requested in request.outputs:
         if outputs and requested.name not in outputs:
             raise refuse(f"unexpected inference output '{requested.name}' for model '{model}'")
+    if signature is not None:
+        if len(rules.accepted) >= rules.ACCEPTED_LIMIT:
+            rules.accepted.clear()
+        rules.accepted.add(signature)
 
 
 def _shape_matches(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Sequence, Union
+from typing import ClassVar, Optional, Sequence, Union
 
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -349,6 +349,11 @@ class RequestRules:
     max_batch_size: int
     max_input_dim: int  # 0: no cap
     outputs: frozenset  # declared output names (empty: the model declares none)
+    # The input and output signatures (names, datatypes, shapes) that passed validation: a stream's chunks
+    # repeat one signature, which need not be checked again. Bounded by `ACCEPTED_LIMIT`.
+    accepted: set = dataclasses.field(default_factory=set, compare=False, repr=False)
+
+    ACCEPTED_LIMIT: ClassVar[int] = 1024
 
     @classmethod
     def of(cls, config: mc.ModelConfig) -> "RequestRules":
