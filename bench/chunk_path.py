@@ -38,7 +38,7 @@ from bench.stream_cpu import thread_cpu
 from bench.stream_overhead import no_op_repository
 
 CHUNK_SAMPLES = 10240  # 640 ms at 16 kHz: the bundled client's chunk
-GROUP_GAP_S = 0.025  # past streaming_wenet's 20 ms max_queue_delay: each group is its own batch
+GROUP_GAP_MS = 25.0  # past streaming_wenet's 20 ms max_queue_delay: each group is its own batch
 
 
 class _Context:
@@ -76,7 +76,8 @@ class _Stream:
             yield messages[0 if index == 0 else 2 if index == self.rounds - 1 else 1]
 
 
-async def run(repo: Path, streams: int, rounds: int, group: int, profile: cProfile.Profile | None) -> dict:
+async def run(repo: Path, streams: int, rounds: int, group: int, profile: cProfile.Profile | None,
+              gap_s: float = GROUP_GAP_MS / 1000) -> dict:
     from asr_server.core import CorePort, InferenceCore
     from asr_server.protocol.grpc_service import InferenceService
     from asr_server.protocol.runtime_settings import RuntimeSettings
@@ -115,7 +116,7 @@ async def run(repo: Path, streams: int, rounds: int, group: int, profile: cProfi
         for start in range(0, streams, group):
             for stream in all_streams[start:start + group]:
                 stream.release.put_nowait(True)
-            await asyncio.sleep(GROUP_GAP_S)
+            await asyncio.sleep(gap_s)
         await round_done.wait()
     if profile is not None:
         profile.disable()
@@ -142,13 +143,16 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=224)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--group", type=int, default=10, help="streams that send together (one round of batches)")
+    parser.add_argument("--gap", type=float, default=GROUP_GAP_MS, metavar="MS",
+                        help="time between groups; below the 20 ms queue delay (e.g. --group 1 --gap 2) requests "
+                             "arrive one by one while batches form, as under paced load over the network")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the top N functions")
     args = parser.parse_args()
     profile = cProfile.Profile() if args.profile else None
     with tempfile.TemporaryDirectory() as tmp:
         repo = no_op_repository(Path(tmp))
-        result = asyncio.run(run(repo, args.streams, args.rounds, args.group, profile))
-    print(f"{args.streams} streams x {args.rounds - 2} measured rounds, groups of {args.group}: "
+        result = asyncio.run(run(repo, args.streams, args.rounds, args.group, profile, args.gap / 1000))
+    print(f"{args.streams} streams x {args.rounds - 2} measured rounds, groups of {args.group} every {args.gap:g} ms: "
           f"{result['cpu_ms_per_chunk']:.3f} ms of CPU per chunk (all threads, {result['cores']:.2f} cores), "
           f"mean batch {mean_batch(result['stats']):.1f}, errors {result['errors']}")
     print("  by thread (ms per chunk; clock ticks of 10 ms): " + ", ".join(
