@@ -110,7 +110,21 @@ class SequenceBatcher(Scheduler):
             return
         pending.deadline = now + self.options.max_delay_s
         sequence.queue.append(pending)
-        self._schedule_pump()
+        if not self._armed_for(sequence, pending.deadline):
+            self._schedule_pump()
+
+    def _armed_for(self, sequence: Sequence, deadline: float) -> bool:
+        """Whether a request just queued on `sequence` can wait for the wake-up already armed: under paced load
+        requests arrive one by one, and examining the sequences for each (a pump per arrival) cost about as
+        much as converting the request. True only when no batch can have become due with it: it is not a new
+        head (its sequence runs or has an earlier request queued: the step that finishes those examines it),
+        or it is one but fewer sequences may be runnable than fill a batch, another sequence of its instance
+        may still send, and the armed timer fires by its deadline."""
+        if sequence.running or len(sequence.queue) > 1:
+            return True
+        return (self._timer is not None and self._timer_at <= deadline
+                and not self.table.may_fill(self.options.max_batch_size)
+                and self.table.more_may_come(sequence.instance))
 
     def _refuse(self, pending: Pending, error: ServerError) -> None:
         """Fail a request the batcher will not run (nv_inference_request_failure{reason="OTHER"})."""

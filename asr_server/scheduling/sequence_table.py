@@ -135,6 +135,11 @@ class SequenceTable:
             groups.setdefault(sequence.instance, []).append(sequence)
         return groups
 
+    def may_fill(self, batch: int) -> bool:
+        """Whether `batch` sequences may have a runnable request (False: no instance can fill a batch of that
+        size now). Every runnable sequence is among those kept for the next step to check."""
+        return len(self._maybe_ready) >= batch
+
     def more_may_come(self, instance: Instance) -> bool:
         """Whether a live sequence of `instance` might still send a request (waiting for one only helps then)."""
         return any(s.instance is instance and s.waiting for s in self.live.values())

@@ -424,6 +424,33 @@ async def test_max_candidate_sequences_does_not_limit_a_batch(h):
     assert h.model.ids() == [["a0", "b0", "c0", "d0"]]
 
 
+async def test_requests_arriving_one_by_one_wait_for_the_armed_timer_and_the_last_sender_goes_at_once(h):
+    """Under paced load requests arrive one by one while a batch forms: only the first is examined (it arms
+    the timer); the others join without a scheduling step each, and still leave together at the deadline. A
+    request from the last sequence of its instance that could still send makes its batch leave at once."""
+    h.build(f"{DELAY} max_sequence_idle_microseconds: 60000000", max_batch_size=8)
+    await start_sequences(h, "abcdef")
+    steps = []
+    step = h.batcher._step
+    h.batcher._step = lambda: steps.append(1) or step()
+    for name in "abcd":
+        h.send(name)
+        await asyncio.sleep(0)  # the loop's turn: a scheduled examination would run here
+        h.clock.now += 0.01
+    assert len(steps) == 1 and len(h.model.runs) == 1  # only the first arrival was examined; nothing left
+    h.advance(h.batcher.options.max_delay_s)
+    await h.started(2)
+    assert h.model.ids()[1] == ["a1", "b1", "c1", "d1"]
+    await h.settled()
+    for name in "abcde":
+        h.send(name)
+        await asyncio.sleep(0)
+    assert len(h.model.runs) == 2  # f may still send: they wait for it
+    h.send("f")  # no other sequence of the instance can send now: the batch goes without waiting
+    await h.started(3)
+    assert h.model.ids()[2] == ["a2", "b2", "c2", "d2", "e1", "f1"]
+
+
 async def test_the_batchers_own_timer_sends_after_the_delay_without_a_poke(h):
     h.build("oldest { max_queue_delay_microseconds: 1000 }", fake_clock=False)
     a0, b0 = h.send("a", start=True), h.send("b", start=True)
