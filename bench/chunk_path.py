@@ -1,6 +1,6 @@
 """Our serving layer per streamed chunk, in one process and without the network: where the CPU goes.
 
-    python -m bench.chunk_path [--streams 224] [--rounds 30] [--group 10] [--profile 25]
+    python -m bench.chunk_path [--streams 224] [--rounds 30] [--group 10] [--gap 25] [--profile 25]
 
 `bench/stream_overhead.py` compares our server with a bare grpcio servicer over real connections; the gRPC
 transport is common to both, so what it measures as "ours minus raw" is the work between a parsed
@@ -8,10 +8,11 @@ transport is common to both, so what it measures as "ours minus raw" is the work
 through `InferenceService.ModelStreamInfer` itself: S streams of the bundled client's chunk requests (parsed
 protobuf, as gRPC hands them over) for the bundled `streaming_wenet` config with a model that returns a fixed
 transcript (bench/stream_overhead.py's), each answer serialised as gRPC would. Streams send in groups of
-`--group` spaced past the batcher's queue delay; the config's two instances share a group, so the default 10
-gives batches of about 5, as under bench/stream_overhead.py's paced load (4.6). Prints the process CPU per
-chunk (all threads, and by thread); with --profile, the top functions of the event loop thread by own and inclusive time
-(cProfile).
+`--group` every `--gap` ms, by default past the batcher's queue delay; the config's two instances share a
+group, so the default 10 gives batches of about 5, as under bench/stream_overhead.py's paced load (4.6).
+`--group 1 --gap 2` sends one request at a time while batches form, as paced load over the network does.
+Prints the process CPU per chunk (all threads, and by thread); with --profile, the top functions of the event
+loop thread by own and inclusive time (cProfile).
 """
 
 from __future__ import annotations
