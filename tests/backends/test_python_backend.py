@@ -253,7 +253,7 @@ def write_model(tmp_path: Path, name: str, source: str, decoupled: bool = False)
     return model_dir, config
 
 
-def test_non_decoupled_model_may_answer_through_its_sender(tmp_path: Path) -> None:
+def test_non_decoupled_model_may_answer_through_its_sender(tmp_path: Path, load_model) -> None:
     model_dir, config = write_model(
         tmp_path,
         "sender_answer",
@@ -267,16 +267,12 @@ def test_non_decoupled_model_may_answer_through_its_sender(tmp_path: Path) -> No
         "                pb_utils.InferenceResponse([out]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)\n"
         "        return None\n",
     )
-    backend = PythonBackend(make_context(model_dir, config=config))
-    backend.load()
-    try:
-        results = backend.execute([request("sender_answer"), request("sender_answer")])
-        assert [r.output("Y").data.tolist() for r in results] == [[0], [1]]
-    finally:
-        backend.unload()
+    backend = load_model(model_dir, config=config)
+    results = backend.execute([request("sender_answer"), request("sender_answer")])
+    assert [r.output("Y").data.tolist() for r in results] == [[0], [1]]
 
 
-def test_a_sender_made_on_first_use_is_the_same_one_after(tmp_path: Path) -> None:
+def test_a_sender_made_on_first_use_is_the_same_one_after(tmp_path: Path, load_model) -> None:
     """A non-decoupled request's sender is made when the model first asks for it; asking again gives the same
     sender, which still refuses a second response."""
     model_dir, config = write_model(
@@ -295,16 +291,12 @@ def test_a_sender_made_on_first_use_is_the_same_one_after(tmp_path: Path) -> Non
         "            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)\n"
         "        return None\n",
     )
-    backend = PythonBackend(make_context(model_dir, config=config))
-    backend.load()
-    try:
-        [result] = backend.execute([request("sender_twice")])
-        assert result.output("Y").data.tolist() == [1]
-    finally:
-        backend.unload()
+    backend = load_model(model_dir, config=config)
+    [result] = backend.execute([request("sender_twice")])
+    assert result.output("Y").data.tolist() == [1]
 
 
-def test_bytes_outputs_pass_through_and_text_outputs_become_bytes(tmp_path: Path) -> None:
+def test_bytes_outputs_pass_through_and_text_outputs_become_bytes(tmp_path: Path, load_model) -> None:
     model_dir, config = write_model(
         tmp_path,
         "text_out",
@@ -317,18 +309,14 @@ def test_bytes_outputs_pass_through_and_text_outputs_become_bytes(tmp_path: Path
         "            pb_utils.Tensor('S', np.array(['dé', 7], dtype=np.object_)),\n"
         "            pb_utils.Tensor('U', np.array(['x', 'yz']))]) for _ in requests]\n",
     )
-    backend = PythonBackend(make_context(model_dir, config=config))
-    backend.load()
-    try:
-        [result] = backend.execute([request("text_out")])
-        assert {name: result.output(name).data.tolist() for name in "BSU"} == {
-            "B": [b"a", b"bc"], "S": ["dé".encode(), b"7"], "U": [b"x", b"yz"]}
-        assert {result.output(name).datatype for name in "BSU"} == {"BYTES"}
-    finally:
-        backend.unload()
+    backend = load_model(model_dir, config=config)
+    [result] = backend.execute([request("text_out")])
+    assert {name: result.output(name).data.tolist() for name in "BSU"} == {
+        "B": [b"a", b"bc"], "S": ["dé".encode(), b"7"], "U": [b"x", b"yz"]}
+    assert {result.output(name).datatype for name in "BSU"} == {"BYTES"}
 
 
-def test_execute_returning_a_non_list_fails_each_request(tmp_path: Path) -> None:
+def test_execute_returning_a_non_list_fails_each_request(tmp_path: Path, load_model) -> None:
     model_dir, config = write_model(
         tmp_path,
         "returns_dict",
@@ -336,17 +324,13 @@ def test_execute_returning_a_non_list_fails_each_request(tmp_path: Path) -> None
         "    def execute(self, requests):\n"
         "        return {'not': 'a list'}\n",
     )
-    backend = PythonBackend(make_context(model_dir, config=config))
-    backend.load()
-    try:
-        results = backend.execute([request("returns_dict")])
-        assert isinstance(results[0], ServerError)
-        assert results[0].message == "Expected a list in the execute return, found type 'dict'."
-    finally:
-        backend.unload()
+    backend = load_model(model_dir, config=config)
+    results = backend.execute([request("returns_dict")])
+    assert isinstance(results[0], ServerError)
+    assert results[0].message == "Expected a list in the execute return, found type 'dict'."
 
 
-def test_reshape_applies_to_python_models_as_in_triton(tmp_path: Path) -> None:
+def test_reshape_applies_to_python_models_as_in_triton(tmp_path: Path, load_model) -> None:
     """Seen on real Triton 2.51: a python model gets inputs in their `reshape` shape ([2, 1] -> (2,)), and an
     output with `reshape { shape: [] }` is reported in the config dims: (2,) -> [2, 1], a 0-d array -> [1]
     (WeNet's streaming scorer returns its transcript so)."""
@@ -374,16 +358,12 @@ def test_reshape_applies_to_python_models_as_in_triton(tmp_path: Path) -> None:
         '{ name: "SCALAR" data_type: TYPE_STRING dims: [ 1 ] reshape { shape: [ ] } } ]',
         mc.ModelConfig(),
     )
-    backend = PythonBackend(make_context(model_dir, config=config))
-    backend.load()
-    try:
-        [result] = backend.execute([request("reshaper", Tensor("IN", "INT32", np.zeros((2, 1), np.int32)))])
-        assert result.output("SEEN").data.tolist() == [2]
-        assert result.output("PER_ITEM").data.shape == (2, 1)
-        assert result.output("SCALAR").data.shape == (1,)
-        assert result.output("SCALAR").data[0] == b"b"
-    finally:
-        backend.unload()
+    backend = load_model(model_dir, config=config)
+    [result] = backend.execute([request("reshaper", Tensor("IN", "INT32", np.zeros((2, 1), np.int32)))])
+    assert result.output("SEEN").data.tolist() == [2]
+    assert result.output("PER_ITEM").data.shape == (2, 1)
+    assert result.output("SCALAR").data.shape == (1,)
+    assert result.output("SCALAR").data[0] == b"b"
 
 
 # ---- instances and lifecycle
@@ -543,7 +523,7 @@ def test_decoupled_model_sends_from_its_thread_after_execute_returned(load_model
     assert backend._model.send_after_final_error == "Unable to send response. Response sender has been closed."
 
 
-def test_decoupled_execute_that_raises_fails_open_requests(tmp_path: Path) -> None:
+def test_decoupled_execute_that_raises_fails_open_requests(tmp_path: Path, load_model) -> None:
     model_dir = tmp_path / "decoupled_raise"
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "1" / "model.py").write_text(
@@ -555,16 +535,12 @@ def test_decoupled_execute_that_raises_fails_open_requests(tmp_path: Path) -> No
     )
     config = mc.ModelConfig(name="decoupled_raise", backend="python")
     config.model_transaction_policy.decoupled = True
-    backend = PythonBackend(make_context(model_dir, config=config))
-    backend.load()
-    try:
-        sinks = [Collector(), Collector()]
-        results = backend.execute([request("decoupled_raise"), request("decoupled_raise")], sinks)
-        assert results[0] is None  # already closed by the model
-        assert isinstance(results[1], ServerError) and "KeyError: 'state'" in results[1].message
-        assert sinks[0].items == [(None, True)] and sinks[1].items == []
-    finally:
-        backend.unload()
+    backend = load_model(model_dir, config=config)
+    sinks = [Collector(), Collector()]
+    results = backend.execute([request("decoupled_raise"), request("decoupled_raise")], sinks)
+    assert results[0] is None  # already closed by the model
+    assert isinstance(results[1], ServerError) and "KeyError: 'state'" in results[1].message
+    assert sinks[0].items == [(None, True)] and sinks[1].items == []
 
 
 ASYNC_DECOUPLED_MODEL = """
@@ -586,22 +562,18 @@ class TritonPythonModel:
 """
 
 
-def test_async_decoupled_execute_runs_on_after_execute_returned(tmp_path: Path) -> None:
+def test_async_decoupled_execute_runs_on_after_execute_returned(tmp_path: Path, load_model) -> None:
     model_dir, config = write_model(tmp_path, "async_decoupled", ASYNC_DECOUPLED_MODEL, decoupled=True)
-    backend = PythonBackend(make_context(model_dir, config=config))
-    backend.load()
-    try:
-        ok, failing = Collector(), Collector()
-        assert backend.execute([request("async_decoupled", int_input(4))], [ok]) == [None]
-        assert backend.execute([request("async_decoupled", int_input(-1))], [failing]) == [None]
-        assert ok.done.wait(timeout=10) and failing.done.wait(timeout=10)
-        assert ok.values() == [4] and [final for _, final in ok.items] == [False, True]
-        (first, _), (error, final) = failing.items
-        assert first.output("OUT").data.tolist() == [-1]
-        assert isinstance(error, ServerError) and final
-        assert "RuntimeError: negative start" in error.message
-    finally:
-        backend.unload()
+    backend = load_model(model_dir, config=config)
+    ok, failing = Collector(), Collector()
+    assert backend.execute([request("async_decoupled", int_input(4))], [ok]) == [None]
+    assert backend.execute([request("async_decoupled", int_input(-1))], [failing]) == [None]
+    assert ok.done.wait(timeout=10) and failing.done.wait(timeout=10)
+    assert ok.values() == [4] and [final for _, final in ok.items] == [False, True]
+    (first, _), (error, final) = failing.items
+    assert first.output("OUT").data.tolist() == [-1]
+    assert isinstance(error, ServerError) and final
+    assert "RuntimeError: negative start" in error.message
 
 
 # ---- BLS
