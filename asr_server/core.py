@@ -17,6 +17,7 @@ from typing import AsyncIterator, Callable, Optional, Union
 from tritonclient.grpc import model_config_pb2 as mc
 
 from asr_server import __version__, gc_freeze
+from asr_server.bounded import remember
 from asr_server.dtypes import config_to_wire
 from asr_server.errors import ErrorCode, ServerError, as_server_error, invalid_argument
 from asr_server.repository import validation
@@ -394,9 +395,7 @@ def validate_request(config: mc.ModelConfig, request: InferRequest, rules: Optio
         if outputs and requested.name not in outputs:
             raise refuse(f"unexpected inference output '{requested.name}' for model '{model}'")
     if signature is not None:
-        if len(rules.accepted) >= rules.ACCEPTED_LIMIT:
-            rules.accepted.clear()
-        rules.accepted.add(signature)
+        remember(rules.accepted, signature, True, rules.ACCEPTED_LIMIT)
 
 
 def _shape_matches(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:

@@ -13,6 +13,7 @@ import dataclasses
 import json
 from typing import Any, Mapping, NamedTuple, Optional
 
+from asr_server.bounded import remember
 from asr_server.errors import invalid_argument
 from asr_server.messages import UINT64_MAX, SequenceControl
 
@@ -133,10 +134,8 @@ def controls(params: Mapping[str, Typed], http: bool) -> Controls:
     key = tuple(params.items())
     found = _SEEN_GRPC_CONTROLS.get(key)
     if found is None:
-        found = _read_controls(params, http)  # a refused set raises here and is not kept
-        if len(_SEEN_GRPC_CONTROLS) >= SEEN_CONTROLS_LIMIT:
-            _SEEN_GRPC_CONTROLS.clear()
-        _SEEN_GRPC_CONTROLS[key] = found
+        # a refused set raises here and is not kept
+        found = remember(_SEEN_GRPC_CONTROLS, key, _read_controls(params, http), SEEN_CONTROLS_LIMIT)
     return found
 
 

@@ -351,7 +351,7 @@ class RequestRules:
     outputs: frozenset  # declared output names (empty: the model declares none)
     # The input and output signatures (names, datatypes, shapes) that passed validation: a stream's chunks
     # repeat one signature, which need not be checked again. Bounded by `ACCEPTED_LIMIT`.
-    accepted: set = dataclasses.field(default_factory=set, compare=False, repr=False)
+    accepted: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)  # signature -> True
 
     ACCEPTED_LIMIT: ClassVar[int] = 1024
 

@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from asr_server.bounded import remember
 from asr_server.dtypes import config_to_wire, numpy_dtype
 from asr_server.errors import invalid_argument
 from asr_server.messages import InferRequest, InferResponse, SequenceId, Tensor
@@ -103,9 +104,8 @@ class SharedControlTensors:
         key = (type(sequence.id), sequence.id, sequence.start, sequence.end)
         tensors = self._made.get(key)
         if tensors is None:
-            if len(self._made) >= self.LIMIT:
-                self._made.clear()
-            tensors = self._made[key] = tuple(control_tensors(self.controls, request, self.batched))
+            tensors = remember(self._made, key, tuple(control_tensors(self.controls, request, self.batched)),
+                               self.LIMIT)
         return tensors
 
 
