@@ -194,12 +194,8 @@ class PythonBackend(Backend):
                     sender: Union[pb_utils.InferenceResponseSender, Callable[[], pb_utils.InferenceResponseSender]]
                     ) -> pb_utils.InferenceRequest:
         requested = [output.name for output in request.outputs] or list(self._output_names)
-        if self._input_reshapes:
-            inputs = [self._model_input(t) for t in request.inputs]
-        else:
-            inputs = [pb_input(t) for t in request.inputs]
         return self._api.InferenceRequest._received(
-            inputs=inputs,
+            inputs=[self._model_input(t) for t in request.inputs],
             requested_output_names=requested,
             model_name=self.context.name,
             model_version=self.context.version,
@@ -254,10 +250,7 @@ class PythonBackend(Backend):
         if response.has_error():
             return server_error(response.error())
         try:
-            if self._output_reshapes:
-                outputs = [self._client_output(server_tensor(t)) for t in response.output_tensors()]
-            else:
-                outputs = [server_tensor(t) for t in response.output_tensors()]
+            outputs = [self._client_output(server_tensor(t)) for t in response.output_tensors()]
         except (ValueError, TypeError) as exc:
             return internal(f"model '{self.context.name}' produced an invalid output: {exc}")
         return InferResponse(
