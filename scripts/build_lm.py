@@ -2,8 +2,10 @@
 """Estimate the token n-gram LM that the CTC prefix beam search can fuse in (``asr_server.asr.decoding.token_lm``).
 
 Text: the open-English training pool of the synthetic data (``asr_data.text_sources.collect``: fortunes and
-WordNet glosses, the held-out topics left out) and the transcripts of the games' training lines (the ``text``
-files given with ``--kaldi-text``, keys of real speech only). Every line that is the reference of an
+WordNet glosses, the held-out topics left out), the transcripts of the games' training lines (the ``text``
+files given with ``--kaldi-text``, keys of real speech only), and ``--spoken-lines`` lines drawn as the
+synthetic data draws its digit strings, dates and times and template sentences (``asr_data.textgen``; its
+random word lists are not language and stay out). Every line that is the reference of an
 evaluation split (``--exclude``: Kaldi dirs or text files) is left out, and the real recordings' sentences
 never enter the pool (``is_banned``). Lines are cut into the model's own units by its ``bpe.model``, so the
 LM's words are the units the search emits.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import random
 import re
 import shutil
 import subprocess
@@ -33,8 +36,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from asr_data import textgen  # noqa: E402
 from asr_data.manifest import REAL_SPEECH  # noqa: E402
+from asr_data.templates import sentence as template_sentence  # noqa: E402
 from asr_data.text_sources import collect  # noqa: E402
+
+# The kinds of synthetic text that are language a user says (a phone number, a date, "the train to the station
+# leaves at seven"), in their training shares; without them the LM pulls digit strings towards words.
+SPOKEN_KINDS = {kind: textgen.TRAIN_KINDS[kind] for kind in ("digits", "date_time", "template")}
+SPOKEN_SEED = 7
 
 
 def kaldi_lines(path: Path) -> list[tuple[str, str]]:
@@ -48,11 +58,19 @@ def kaldi_lines(path: Path) -> list[tuple[str, str]]:
     return rows
 
 
-def training_text(kaldi_texts: list[Path], exclude: list[Path]) -> tuple[list[str], list[str]]:
+def spoken_lines(count: int, seed: int = SPOKEN_SEED) -> list[str]:
+    """``count`` labels of the SPOKEN_KINDS, drawn as the training data draws them (real recordings'
+    sentences never; the same seed gives the same lines)."""
+    pools = textgen.Pools(sentences={}, vocab=[], names=[], template=template_sentence)
+    rng = random.Random(seed)
+    return [textgen.draw(rng, SPOKEN_KINDS, pools, training=True).label for _ in range(count)]
+
+
+def training_text(kaldi_texts: list[Path], exclude: list[Path], spoken: int = 0) -> tuple[list[str], list[str]]:
     """(LM training lines, held-out lines for the perplexity), as labels (lowercase words)."""
     withheld = {words for p in exclude for _, words in kaldi_lines(p)}
     train, held = collect()
-    lines = [ln.label for ln in train]
+    lines = [ln.label for ln in train] + spoken_lines(spoken)
     for path in kaldi_texts:
         lines += [words for key, words in kaldi_lines(path) if key.startswith(REAL_SPEECH)]
     return [ln for ln in lines if ln not in withheld], [ln.label for ln in held]
@@ -78,6 +96,8 @@ def main(argv=None) -> int:
                     "whose real-speech lines join the text")
     ap.add_argument("--exclude", type=Path, nargs="*", default=[], help="evaluation splits: their references "
                     "never enter the LM")
+    ap.add_argument("--spoken-lines", type=int, default=20000, help="digit strings, dates and times and "
+                    "template sentences drawn as the synthetic data draws them")
     ap.add_argument("--order", type=int, default=6)
     ap.add_argument("--prune", type=float, default=1e-7, help="prune-lm threshold (0: no pruning)")
     ap.add_argument("--out", type=Path, required=True, help="the ARPA, gzipped when it ends in .gz")
@@ -87,7 +107,7 @@ def main(argv=None) -> int:
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(args.model / "bpe.model"))
-    lines, held = training_text(args.kaldi_text, args.exclude)
+    lines, held = training_text(args.kaldi_text, args.exclude, args.spoken_lines)
     print(f"{len(lines)} lines, {sum(len(x.split()) for x in lines)} words; {len(held)} held-out lines")
     with tempfile.TemporaryDirectory() as tmp:
         tmp_dir = Path(tmp)

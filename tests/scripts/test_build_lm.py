@@ -32,6 +32,25 @@ def test_game_lines_join_and_every_evaluation_reference_is_withheld(tmp_path, mo
     assert held == ["know thyself"]
 
 
+def test_spoken_lines_are_digits_dates_and_templates_drawn_reproducibly(tmp_path, monkeypatch):
+    build_lm = load_script("build_lm")
+    lines = build_lm.spoken_lines(400)
+    assert lines == build_lm.spoken_lines(400) and lines != build_lm.spoken_lines(400, seed=8)
+    digit_words = {"oh", "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"}
+    digit_strings = [ln for ln in lines if set(ln.split()) <= digit_words and len(ln.split()) >= 3]
+    templates = [ln for ln in lines if ln.startswith(("the train to", "can you bring", "please meet me at"))]
+    # digits are 7 of the 21 parts (textgen.TRAIN_KINDS), templates 10 (of 16 patterns, three counted here)
+    assert 80 < len(digit_strings) < 200 and 20 < len(templates) < 120
+    assert all(ln == ln.lower() and ln.strip() for ln in lines)
+    # they join the pool, and an evaluation reference among them is withheld like any other line
+    monkeypatch.setattr(build_lm, "collect", lambda: ([Line("fortunes/love", "Hi.", "hi")], []))
+    test = tmp_path / "test_digits"
+    test.mkdir()
+    (test / "text").write_text(f"test_digits_1 {lines[0]}\n", encoding="utf-8")
+    pooled, _ = build_lm.training_text([], [test], spoken=400)
+    assert pooled == ["hi"] + [ln for ln in lines if ln != lines[0]]
+
+
 @pytest.mark.skipif(shutil.which("irstlm") is None, reason="IRSTLM is not installed (apt-get install irstlm)")
 def test_the_script_writes_an_arpa_over_the_model_units(tmp_path, monkeypatch):
     build_lm = load_script("build_lm")
@@ -45,7 +64,8 @@ def test_the_script_writes_an_arpa_over_the_model_units(tmp_path, monkeypatch):
     pool = [Line("x", text, text) for text in sentences]
     monkeypatch.setattr(build_lm, "collect", lambda: (pool, pool[:20]))
     out = tmp_path / "lm.arpa.gz"
-    assert build_lm.main(["--model", str(ROOT / "models" / "open_en_wip"), "--order", "3", "--out", str(out)]) == 0
+    assert build_lm.main(["--model", str(ROOT / "models" / "open_en_wip"), "--order", "3", "--spoken-lines", "0",
+                          "--out", str(out)]) == 0
     with gzip.open(out, "rt", encoding="utf-8") as f:
         assert "\\3-grams:" in f.read()
     symbols = SymbolTable.load(ROOT / "models" / "open_en_wip" / "units.txt")
