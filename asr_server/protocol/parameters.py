@@ -119,11 +119,14 @@ _CHECKED_ONLY_SET = frozenset(_CHECKED_ONLY)
 _CONTROL_KEYS = (*_CHECKED_ONLY, "sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
 
 
-# The controls of parameter sets already read over gRPC, whose values are all hashable: a stream's chunks
-# repeat the same sequence_id / sequence_start / sequence_end, and reading them was a tenth of a chunk's
-# conversion. Bounded: past the limit the table starts again.
+# The controls of the control parameters already read over gRPC: a stream's chunks repeat the same
+# sequence_id / sequence_start / sequence_end, and reading them was a tenth of a chunk's conversion. Keyed by
+# the control parameters alone (a model's own parameters may be large and never repeat), and only when no
+# string among them is longer than a correlation id needs: an entry's size is bounded as well as their number.
+# Past the limit the table starts again.
 _SEEN_GRPC_CONTROLS: dict[tuple, "Controls"] = {}
 SEEN_CONTROLS_LIMIT = 4096
+REMEMBERED_STRING_MAX = 128  # characters
 
 
 def controls(params: Mapping[str, Typed], http: bool) -> Controls:
@@ -131,11 +134,14 @@ def controls(params: Mapping[str, Typed], http: bool) -> Controls:
         return _NO_CONTROLS
     if http:  # JSON values may be lists or objects, which cannot be a key
         return _read_controls(params, http)
-    key = tuple(params.items())
+    key = tuple((name, params[name]) for name in _CONTROL_KEYS if name in params)
+    if not key:
+        return _NO_CONTROLS
     found = _SEEN_GRPC_CONTROLS.get(key)
     if found is None:
-        # a refused set raises here and is not kept
-        found = remember(_SEEN_GRPC_CONTROLS, key, _read_controls(params, http), SEEN_CONTROLS_LIMIT)
+        found = _read_controls(params, http)  # a refused set raises here and is not kept
+        if all(type(typed.value) is not str or len(typed.value) <= REMEMBERED_STRING_MAX for _, typed in key):
+            remember(_SEEN_GRPC_CONTROLS, key, found, SEEN_CONTROLS_LIMIT)
     return found
 
 

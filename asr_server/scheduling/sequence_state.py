@@ -88,20 +88,25 @@ class SharedControlTensors:
     """A model's control tensors, made once for each (sequence id, START, END) and shared by the requests that
     carry them: every chunk of a stream carries the same few values, and making the tensors anew cost each
     chunk more than the rest of its sequence bookkeeping. Tensors holding a client's string (a BYTES CORRID)
-    are made per request, as `control_tensors` does, and never kept."""
+    are made per request, as `control_tensors` does, and never kept; so are the tensors of a long string id.
+    Without a CORRID control the tensors do not depend on the id, which then stays out of the key."""
 
     LIMIT = 4096  # entries (about two per live stream); past it the table starts again
+    KEPT_ID_MAX = 128  # characters of a string id kept in a key
 
     def __init__(self, controls: Sequence[ControlInput], batched: bool) -> None:
         self.controls, self.batched = tuple(controls), batched
         self._shareable = not any(control.datatype == "BYTES" for control in self.controls)
+        self._by_id = any(control.kind == Control.CONTROL_SEQUENCE_CORRID for control in self.controls)
         self._made: dict[tuple, tuple[Tensor, ...]] = {}
 
     def __call__(self, request: InferRequest) -> Sequence[Tensor]:
-        if not self._shareable:
-            return control_tensors(self.controls, request, self.batched)
         sequence = request.sequence
-        key = (type(sequence.id), sequence.id, sequence.start, sequence.end)
+        long_id = type(sequence.id) is str and len(sequence.id) > self.KEPT_ID_MAX
+        if not self._shareable or (self._by_id and long_id):
+            return control_tensors(self.controls, request, self.batched)
+        key = (type(sequence.id), sequence.id, sequence.start, sequence.end) if self._by_id else (
+            sequence.start, sequence.end)
         tensors = self._made.get(key)
         if tensors is None:
             tensors = remember(self._made, key, tuple(control_tensors(self.controls, request, self.batched)),

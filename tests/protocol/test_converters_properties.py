@@ -351,3 +351,27 @@ def test_grpc_controls_seen_before_are_reused_refused_ones_refused_every_time(mo
     for sequence_id in range(100, 120):
         assert converters.request_from_pb(chunk(sequence_id)).sequence.id == sequence_id
     assert len(parameters._SEEN_GRPC_CONTROLS) <= 4
+
+
+def test_the_controls_table_keeps_neither_a_models_parameters_nor_long_strings(monkeypatch):
+    """Entries are bounded in size, not only in number: a request's own parameters (large, never repeating)
+    stay out of the key, a set without controls is not kept, nor one whose string id is long."""
+    from asr_server.protocol import parameters
+
+    monkeypatch.setattr(parameters, "_SEEN_GRPC_CONTROLS", {})
+    note = "x" * 100_000
+    for index in range(3):
+        request = pb.ModelInferRequest(model_name="m")
+        request.parameters["note"].string_param = f"{index}{note}"
+        assert converters.request_from_pb(request).parameters["note"] == f"{index}{note}"
+        request.parameters["sequence_id"].int64_param = 9
+        assert converters.request_from_pb(request).sequence.id == 9
+    # one entry, the sequence id's, whatever the notes were
+    assert list(parameters._SEEN_GRPC_CONTROLS) == [(("sequence_id", parameters.Typed("int64", 9)),)]
+    long_id = pb.ModelInferRequest(model_name="m")
+    long_id.parameters["sequence_id"].string_param = "u" * (parameters.REMEMBERED_STRING_MAX + 1)
+    assert converters.request_from_pb(long_id).sequence.id == "u" * (parameters.REMEMBERED_STRING_MAX + 1)
+    short_id = pb.ModelInferRequest(model_name="m")
+    short_id.parameters["sequence_id"].string_param = "utterance-1"
+    assert converters.request_from_pb(short_id).sequence.id == "utterance-1"
+    assert len(parameters._SEEN_GRPC_CONTROLS) == 2  # the short string id is kept, the long one not

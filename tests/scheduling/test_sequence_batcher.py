@@ -312,6 +312,26 @@ def test_each_sequence_step_shares_its_control_tensors_and_the_table_stays_bound
     assert len(shared._made) <= 3 and tensors(109)[3].data.tolist() == [[109]]
 
 
+def test_ids_stay_out_of_the_table_when_no_control_reads_them_and_long_ids_are_not_kept():
+    """Without a CORRID control, every sequence shares the tensors of its flags (the table holds no id); with
+    one, a long string id's tensors are made per request, so no client string of any length is kept."""
+    config = mc.ModelConfig()
+    text_format.Parse('sequence_batching { control_input { name: "START" control {'
+                      ' kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] } } }', config)
+    flags_only = SharedControlTensors(control_inputs(config), batched=True)
+    first = flags_only(InferRequest("m", sequence=SequenceControl("a" * 10_000, start=True)))
+    assert flags_only(InferRequest("m", sequence=SequenceControl(12, start=True))) is first
+    assert list(flags_only._made) == [(True, False)]
+    config = mc.ModelConfig()
+    text_format.Parse(f"sequence_batching {{ {CONTROLS} }}", config)
+    by_id = SharedControlTensors(control_inputs(config), batched=True)
+    long_id = "b" * (SharedControlTensors.KEPT_ID_MAX + 1)
+    made = by_id(InferRequest("m", sequence=SequenceControl(long_id)))
+    assert made[3].data.tolist() == [[corrid_value(long_id, "UINT64")]] and not by_id._made
+    short = by_id(InferRequest("m", sequence=SequenceControl("short")))
+    assert by_id(InferRequest("m", sequence=SequenceControl("short"))) is short and len(by_id._made) == 1
+
+
 def test_a_string_correlation_id_in_a_bytes_control_is_never_kept():
     config = mc.ModelConfig()
     text_format.Parse('''sequence_batching { control_input { name: "CORRID" control {
