@@ -316,6 +316,53 @@ def test_bytes_outputs_pass_through_and_text_outputs_become_bytes(tmp_path: Path
     assert {result.output(name).datatype for name in "BSU"} == {"BYTES"}
 
 
+def test_a_decoupled_models_reused_buffers_do_not_change_what_it_sent(tmp_path: Path, load_model) -> None:
+    """Answers are serialised later, on the event loop: a model that fills the same buffers for each partial
+    must not rewrite the partials it already sent (Triton copies an output when it is sent)."""
+    model_dir, config = write_model(
+        tmp_path,
+        "reuses_buffers",
+        "import numpy as np\n"
+        "import triton_python_backend_utils as pb_utils\n"
+        "class TritonPythonModel:\n"
+        "    def execute(self, requests):\n"
+        "        text, count = np.array([b''], dtype=np.object_), np.zeros(1, np.int32)\n"
+        "        for request in requests:\n"
+        "            sender = request.get_response_sender()\n"
+        "            for n in range(3):\n"
+        "                text[0], count[0] = b'partial %d' % n, n\n"
+        "                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor('TEXT', text),\n"
+        "                                                        pb_utils.Tensor('OUT', count)]))\n"
+        "            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)\n"
+        "        return None\n",
+        decoupled=True,
+    )
+    backend = load_model(model_dir, config=config)
+    sink = Collector()
+    assert backend.execute([request("reuses_buffers")], [sink]) == [None]
+    assert sink.done.wait(10)
+    assert [r.output("TEXT").data.tolist() for r, _ in sink.items[:3]] == [[b"partial 0"], [b"partial 1"],
+                                                                            [b"partial 2"]]
+    assert sink.values() == [0, 1, 2]
+
+
+def test_outputs_nothing_can_change_leave_without_a_copy() -> None:
+    """The copy is skipped only where no one can write the memory: a request input decoded from the wire
+    (read-only over immutable bytes) passed through as an output."""
+    from asr_server.backends.python.api.tensors import Tensor as ModelTensor
+    from asr_server.backends.python.convert import server_tensor
+
+    wire = np.frombuffer(np.arange(4, dtype=np.float32).tobytes(), dtype=np.float32)
+    assert server_tensor(ModelTensor("X", wire)).data is wire
+    writable = np.arange(4, dtype=np.float32)
+    sent = server_tensor(ModelTensor("X", writable))
+    writable[:] = 0
+    assert sent.data.tolist() == [0.0, 1.0, 2.0, 3.0]
+    hidden = writable.view()
+    hidden.flags.writeable = False  # read-only, but its base is not
+    assert not np.shares_memory(server_tensor(ModelTensor("X", hidden)).data, writable)
+
+
 def test_execute_returning_a_non_list_fails_each_request(tmp_path: Path, load_model) -> None:
     model_dir, config = write_model(
         tmp_path,

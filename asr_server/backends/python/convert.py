@@ -23,20 +23,38 @@ def _as_bytes(item: Any) -> bytes:
 
 
 def bytes_array(data: np.ndarray) -> np.ndarray:
-    """An object/bytes/str array -> the same shape as `np.object_` of `bytes` (str as UTF-8); an object array
-    of `bytes` already (a streamed chunk's transcript) is returned as it is, as numeric outputs are."""
+    """An object/bytes/str array -> a new array of the same shape, `np.object_` of `bytes` (str as UTF-8); an
+    object array of `bytes` already (a streamed chunk's transcript) is copied as it is (its items are
+    immutable), not converted item by item."""
     items = data.reshape(-1).tolist()
     if data.dtype == np.object_ and all(type(item) is bytes for item in items):
-        return data
+        return data.copy()
     out = np.empty(data.shape, dtype=np.object_)
     out.reshape(-1)[:] = [_as_bytes(item) for item in items]
     return out
 
 
+def _frozen(data: np.ndarray) -> bool:
+    """Nothing can write this array's memory any more: read-only down to an immutable `bytes` (an input
+    decoded from the wire) or to an array that owns its memory (the shared control inputs)."""
+    base = data
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    return base is None or isinstance(base, bytes)
+
+
 def server_tensor(tensor: pb_utils.Tensor) -> messages.Tensor:
+    """An output as it is when the model hands it over. The answer is serialised later, on the event loop,
+    while the model may already fill a reused buffer again (a decoupled model's next partial, the next
+    batch): like Triton, which copies an output when it is sent, it leaves with a copy unless nothing can
+    change it."""
     data = tensor.as_numpy()
     if data.dtype.kind in ("O", "S", "U"):
         data = bytes_array(data)
+    elif not _frozen(data):
+        data = data.copy()
     return messages.Tensor(name=tensor.name(), datatype=wire_name(data.dtype), data=data)
 
 
