@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import json
 import logging
 import signal
@@ -82,7 +83,10 @@ class Server:
                 ("grpc.so_reuseport", 1 if worker is not None else 0),
             ]
             restricted = restrictions.parse(s.grpc_restricted_protocols, grpc_side=True)
-            interceptors = [restrictions.RestrictedProtocolInterceptor(restricted)] if restricted else []
+            # a sibling worker forwards what a client was let do (and reads its state when it restarts)
+            token = getattr(self.core.peers, "token", None)
+            trusted = functools.partial(grpc_service.forwarded_by_sibling, token=token) if token else None
+            interceptors = [restrictions.RestrictedProtocolInterceptor(restricted, trusted)] if restricted else []
             self._grpc = grpc.aio.server(options=options, interceptors=interceptors)
             self._grpc_service = grpc_service.add_to_server(self._grpc, self.core, self.runtime)
             address, credentials = f"{s.grpc_address}:{s.grpc_port}", tls.grpc_credentials(s)

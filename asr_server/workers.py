@@ -9,8 +9,9 @@ are used beyond one interpreter lock (as gunicorn and uvicorn run workers).
   worker's metrics labelled `worker="i"`, and on SIGTERM/SIGINT stops them all (each drains as one server does).
 - Each worker also listens on a private 127.0.0.1 gRPC port and writes it, with its private metrics port, to a
   registry folder. A model load or unload, or a shared-memory registration, a client sends reaches one worker;
-  that worker forwards it to its siblings' private ports (marked as forwarded, so that it goes no further), so
-  every worker serves the same models and regions. A restarted worker serves what a sibling serves: the same
+  that worker forwards it to its siblings' private ports (marked as forwarded with the registry's secret token,
+  so that it goes no further and no client can pass for a sibling), so every worker serves the same models and
+  regions. A restarted worker serves what a sibling serves: the same
   models with the same configs (one a client overrode at load included; a load that brought its own files
   cannot be replayed and comes from the repository) and the same shared-memory regions.
 
@@ -30,6 +31,7 @@ import logging
 import multiprocessing as mp
 import os
 import re
+import secrets
 import signal
 import socket
 import tempfile
@@ -42,8 +44,11 @@ from asr_server.listen_address import bind_target
 
 log = logging.getLogger(__name__)
 
-FORWARDED_HEADER = "asr-worker-forwarded"  # a control request one worker passes to its siblings
-RESTART_DELAY_S = 1.0  # a worker that dies again at once is not restarted in a tight loop
+FORWARDED_HEADER = "asr-worker-forwarded"  # a control request one worker passes to its siblings: the token
+TOKEN_FILE = "token"  # in the registry folder (mkdtemp: only this user can read it)
+RESTART_DELAY_S = 1.0  # a worker that dies again at once is not restarted in a tight loop...
+RESTART_DELAY_MAX_S = 30.0  # ... the delay doubles while it keeps dying young, up to this
+RESTART_STABLE_S = 60.0  # a worker that lived this long starts the delay over
 READY_TIMEOUT_S = 600.0  # a worker loads its models before it reports ready
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?( .*)$")
 
@@ -63,6 +68,32 @@ def write_entry(role: WorkerRole, grpc_port: int, metrics_port: Optional[int]) -
     tmp.replace(role.registry / f"worker-{role.index}.json")  # atomic: readers never see half a file
 
 
+def worker_token(registry: Path) -> str:
+    """The secret that marks a control request as forwarded by a sibling, shared by every worker of one
+    supervisor through the registry folder: the first caller writes it, the others read it (a link is created
+    whole or not at all, so no one reads a half-written token)."""
+    path = registry / TOKEN_FILE
+    if not path.exists():
+        draft = registry / f".token-{os.getpid()}"
+        draft.write_text(secrets.token_hex(16))
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass  # another worker was first: its token is the one
+        finally:
+            draft.unlink()
+    return path.read_text()
+
+
+def die_with_parent() -> None:
+    """In a worker: SIGTERM when the supervisor dies, however it died, so that no worker outlives it holding
+    the ports (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 def read_entries(registry: Path) -> list[dict]:
     entries = []
     for path in sorted(registry.glob("worker-*.json")):
@@ -78,6 +109,7 @@ class SiblingControl:
 
     def __init__(self, role: WorkerRole) -> None:
         self.role = role
+        self.token = worker_token(role.registry)  # what grpc_service checks on a forwarded request
 
     def _siblings(self) -> list[dict]:
         return [e for e in read_entries(self.role.registry) if e["index"] != self.role.index]
@@ -89,7 +121,7 @@ class SiblingControl:
         for entry in self._siblings():
             async with aioclient.InferenceServerClient(f"127.0.0.1:{entry['grpc']}") as client:
                 try:
-                    await call(client, {FORWARDED_HEADER: "1"})
+                    await call(client, {FORWARDED_HEADER: self.token})
                 except Exception as exc:  # noqa: BLE001 - reported with the worker it failed on
                     failed.append(f"worker {entry['index']}: {exc}")
         if failed:
@@ -115,18 +147,20 @@ class SiblingControl:
         import tritonclient.grpc.aio as aioclient
         from tritonclient.utils import InferenceServerException
 
+        headers = {FORWARDED_HEADER: self.token}  # passes a --grpc-restricted-protocol on the model repository
         for entry in self._siblings():
             try:
                 async with aioclient.InferenceServerClient(f"127.0.0.1:{entry['grpc']}") as client:
-                    index = await client.get_model_repository_index(as_json=True)
+                    index = await client.get_model_repository_index(headers=headers, as_json=True)
                     names = [m["name"] for m in index.get("models", []) if m.get("state") == "READY"]
                     configs = {}
                     for name in dict.fromkeys(names):
                         try:
-                            configs[name] = (await client.get_model_config(name, as_json=True))["config"]
+                            configs[name] = (await client.get_model_config(name, headers=headers,
+                                                                            as_json=True))["config"]
                         except InferenceServerException:
                             continue  # unloaded since the index was read
-                    status = await client.get_system_shared_memory_status(as_json=True)
+                    status = await client.get_system_shared_memory_status(headers=headers, as_json=True)
                 regions = [(r["name"], r["key"], int(r.get("offset", 0)), int(r["byte_size"]))
                            for r in status.get("regions", {}).values()]
                 return SiblingState(configs, regions)
@@ -191,6 +225,7 @@ def _worker_main(settings, index: int, registry: str) -> None:
     from asr_server.cli import configure_logging
     from asr_server.server import Server
 
+    die_with_parent()
     configure_logging(settings.log_verbose, prefix=f"worker {index} ")
     role = WorkerRole(index, Path(registry))
     worker_settings = dataclasses.replace(settings, workers=1, worker=role, metrics_address="127.0.0.1",
@@ -215,13 +250,33 @@ def relabel(text: str, index: int) -> list[str]:
     return out
 
 
+def merge_families(texts: list[list[str]]) -> list[str]:
+    """Several Prometheus texts as one: each metric family once, its HELP and TYPE lines then every text's
+    samples of it (the format wants a family's lines together; a parser reads a family met twice as two)."""
+    families: dict[str, list[str]] = {}  # family -> its lines, in the order families are first met
+    for lines in texts:
+        family = ""
+        for line in lines:
+            if line.startswith(("# HELP ", "# TYPE ")):
+                family = line.split(maxsplit=3)[2]
+                block = families.setdefault(family, [])
+                if line not in block:
+                    block.append(line)
+            elif line.strip():
+                families.setdefault(family, []).append(line)
+    return [line for block in families.values() for line in block]
+
+
 class Supervisor:
     def __init__(self, settings) -> None:
         self.settings = resolve_ports(settings)
         self.count = settings.workers
         self.registry = Path(tempfile.mkdtemp(prefix="asr-workers-"))
+        worker_token(self.registry)  # made before any worker starts
         self.context = mp.get_context("spawn")
         self.processes: dict[int, mp.Process] = {}
+        self.started_at: dict[int, float] = {}  # monotonic start of each worker's current process
+        self.restart_delay: dict[int, float] = {}  # the wait before its next restart
         self.stopping = False
 
     def _spawn(self, index: int) -> None:
@@ -230,11 +285,25 @@ class Supervisor:
                                        name=f"asr-worker-{index}")
         process.start()
         self.processes[index] = process
+        self.started_at[index] = time.monotonic()
         log.info("worker %d started (pid %d)", index, process.pid)
 
-    async def _wait_ready(self) -> None:
+    def _next_delay(self, index: int) -> float:
+        """The wait before restarting worker `index`: RESTART_DELAY_S, doubled each time it died young (a
+        worker that fails at start, say on a repository edited since, is not restarted every second forever),
+        back to RESTART_DELAY_S once a process of it lived RESTART_STABLE_S."""
+        lived = time.monotonic() - self.started_at.get(index, 0.0)
+        delay = RESTART_DELAY_S if lived >= RESTART_STABLE_S else min(
+            RESTART_DELAY_MAX_S, 2 * self.restart_delay.get(index, RESTART_DELAY_S / 2))
+        self.restart_delay[index] = delay
+        return delay
+
+    async def _wait_ready(self, stop: asyncio.Event) -> bool:
+        """True once every worker is ready; False when asked to stop first (SIGTERM while models load)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while len(read_entries(self.registry)) < self.count:
+            if stop.is_set():
+                return False
             dead = [i for i, p in self.processes.items() if not p.is_alive()]
             if dead:
                 raise ServerError(f"worker {dead[0]} exited with code {self.processes[dead[0]].exitcode} before "
@@ -242,26 +311,21 @@ class Supervisor:
             if time.monotonic() > deadline:
                 raise ServerError(f"the workers were not ready after {READY_TIMEOUT_S:g} s")
             await asyncio.sleep(0.2)  # other processes: nothing to wait on but their registry files
+        return True
 
     async def _metrics(self, request):
         import aiohttp
         from aiohttp import web
 
-        lines, seen = [], set()
+        texts = []
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             for entry in read_entries(self.registry):
                 try:
                     async with session.get(f"http://127.0.0.1:{entry['metrics']}/metrics") as response:
-                        text = await response.text()
+                        texts.append(relabel(await response.text(), entry["index"]))
                 except (aiohttp.ClientError, asyncio.TimeoutError):
                     continue  # a worker being restarted: its metrics come back with it
-                for line in relabel(text, entry["index"]):
-                    if line.startswith("#"):  # HELP and TYPE once per metric
-                        if line in seen:
-                            continue
-                        seen.add(line)
-                    lines.append(line)
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        return web.Response(text="\n".join(merge_families(texts)) + "\n", content_type="text/plain")
 
     async def _serve_metrics(self):
         from aiohttp import web
@@ -289,16 +353,22 @@ class Supervisor:
             with reserved_ports(self.settings):
                 for index in range(self.count):
                     self._spawn(index)
-                await self._wait_ready()
+                if not await self._wait_ready(stop):
+                    return  # stopped while the workers started: the finally below stops them
             log.info("%d workers serving gRPC at %s:%d and HTTP at %s:%d (registry %s)", self.count,
                      self.settings.grpc_address, self.settings.grpc_port, self.settings.http_address,
                      self.settings.http_port, self.registry)
+            restart_at: dict[int, float] = {}  # dead workers, by when they are restarted
             while not stop.is_set():
                 for index, process in list(self.processes.items()):
-                    if not process.is_alive():
-                        log.error("worker %d (pid %d) exited with code %s: its streams are cut; restarting it",
-                                  index, process.pid, process.exitcode)
-                        await asyncio.sleep(RESTART_DELAY_S)
+                    if index not in restart_at and not process.is_alive():
+                        delay = self._next_delay(index)
+                        log.error("worker %d (pid %d) exited with code %s: its streams are cut; restarting it in "
+                                  "%g s", index, process.pid, process.exitcode, delay)
+                        restart_at[index] = time.monotonic() + delay
+                for index, due in list(restart_at.items()):
+                    if time.monotonic() >= due:
+                        del restart_at[index]
                         self._spawn(index)
                 try:
                     await asyncio.wait_for(stop.wait(), 0.5)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hmac
 import logging
 from typing import AsyncIterator, Optional, Union
 
@@ -56,9 +57,13 @@ def unary(method):
     return wrapper
 
 
-def _forwarded(context) -> bool:
-    """A control request another worker passed on (asr_server/workers.py): it goes no further."""
-    return any(key == FORWARDED_HEADER for key, _ in (context.invocation_metadata() or ()))
+def forwarded_by_sibling(metadata, token: Optional[str]) -> bool:
+    """A control request another worker passed on (asr_server/workers.py): it carries the workers' secret
+    token. It goes no further; a client's request with any other value is a client's (and goes to all)."""
+    if not token:
+        return False
+    return any(key == FORWARDED_HEADER and isinstance(value, str) and hmac.compare_digest(value, token)
+               for key, value in (metadata or ()))
 
 
 class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -67,6 +72,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.settings = settings
         self._stream_readers: set[asyncio.Task] = set()  # one per open ModelStreamInfer
         self._closing = False
+
+    def _forwarded(self, context) -> bool:
+        return forwarded_by_sibling(context.invocation_metadata(), getattr(self.core.peers, "token", None))
 
     def close_streams(self) -> None:
         """Shutdown: open streams stop reading new requests and end once their accepted ones are answered,
@@ -282,13 +290,13 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(self, request, context):
         override = converters.config_override_json(request.parameters)
         files = converters.load_files(request.parameters)
-        await self.core.load_model(request.model_name, override, files, forward=not _forwarded(context))
+        await self.core.load_model(request.model_name, override, files, forward=not self._forwarded(context))
         return pb.RepositoryModelLoadResponse()
 
     @unary
     async def RepositoryModelUnload(self, request, context):
         await self.core.unload_model(request.model_name, converters.unload_dependents(request.parameters),
-                                     forward=not _forwarded(context))
+                                     forward=not self._forwarded(context))
         return pb.RepositoryModelUnloadResponse()
 
     # ---- shared memory --------------------------------------------------------------------------
@@ -305,12 +313,12 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     @unary
     async def SystemSharedMemoryRegister(self, request, context):
         await self.core.register_shared_memory(request.name, request.key, request.offset, request.byte_size,
-                                               forward=not _forwarded(context))
+                                               forward=not self._forwarded(context))
         return pb.SystemSharedMemoryRegisterResponse()
 
     @unary
     async def SystemSharedMemoryUnregister(self, request, context):
-        await self.core.unregister_shared_memory(request.name, forward=not _forwarded(context))
+        await self.core.unregister_shared_memory(request.name, forward=not self._forwarded(context))
         return pb.SystemSharedMemoryUnregisterResponse()
 
     @unary

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import grpc
 from aiohttp import web
@@ -81,18 +81,23 @@ def _allowed(restriction: Restriction, given: Optional[str]) -> bool:
 
 
 class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses a call to a restricted method group before its handler runs."""
+    """Refuses a call to a restricted method group before its handler runs. `trusted(metadata)`: a caller
+    let through whatever the restrictions (a sibling worker forwarding what a client was allowed to do)."""
 
-    def __init__(self, restrictions: dict[str, Restriction]) -> None:
+    def __init__(self, restrictions: dict[str, Restriction],
+                 trusted: Optional[Callable[[Any], bool]] = None) -> None:
         self.restrictions = restrictions
+        self.trusted = trusted
 
     async def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method.rsplit("/", 1)[-1]
         restriction = self.restrictions.get(GRPC_METHOD_GROUPS.get(method, ""))
         if restriction is None:
             return await continuation(handler_call_details)
-        headers = dict(handler_call_details.invocation_metadata or ())
-        if _allowed(restriction, headers.get(restriction.header)):
+        metadata = handler_call_details.invocation_metadata or ()
+        headers = dict(metadata)
+        if _allowed(restriction, headers.get(restriction.header)) or (
+                self.trusted is not None and self.trusted(metadata)):
             return await continuation(handler_call_details)
         handler = await continuation(handler_call_details)
         return _refusing(handler, _grpc_refusal(restriction))

@@ -420,3 +420,111 @@ def test_shared_ports_are_held_while_the_workers_start(tmp_path):
     with socket.socket() as after:
         after.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: past the test's TIME_WAIT
         after.bind(("127.0.0.1", grpc_port))  # released
+
+
+async def in_process_workers(repo: Path, registry: Path, count: int = 2, restricted: tuple = ()) -> list:
+    """`count` servers with worker roles on one registry, each on its own gRPC port (no shared port: what is
+    tested is how they pass model control to each other)."""
+    from asr_server.server import Server
+    from asr_server.settings import ServerSettings
+    from asr_server.workers import WorkerRole
+
+    servers = []
+    for index in range(count):
+        server = Server(ServerSettings(model_repositories=(repo,), grpc_address="127.0.0.1", grpc_port=0,
+                                       allow_http=False, allow_metrics=False, model_control_mode="explicit",
+                                       worker=WorkerRole(index, registry), grpc_restricted_protocols=restricted))
+        await server.start()
+        servers.append(server)
+    return servers
+
+
+async def test_a_client_cannot_pass_for_a_sibling_and_restricted_control_reaches_every_worker(repo, tmp_path):
+    """Forwarded control carries the registry's secret token: a client setting the header with any other
+    value is a client, and its load reaches every worker. With --grpc-restricted-protocol on the model
+    repository, a client's authorised load reaches every worker, and a restarted worker can read its siblings'
+    state, though the siblings do not know the client's key."""
+    from asr_server.workers import FORWARDED_HEADER, TOKEN_FILE
+
+    for restricted, headers in (((), {FORWARDED_HEADER: "1"}),
+                                (("model-repository:key=secret",), {"triton-grpc-protocol-key": "secret"})):
+        registry = tmp_path / f"registry{len(restricted)}"
+        registry.mkdir()
+        servers = await in_process_workers(repo, registry, restricted=restricted)
+        try:
+            assert (registry / TOKEN_FILE).read_text() not in ("", "1")
+            async with aioclient.InferenceServerClient(f"127.0.0.1:{servers[0].grpc_port}") as client:
+                await client.load_model("identity_fp32", headers=headers)
+            assert [s.core.model_ready("identity_fp32") for s in servers] == [True, True]
+            state = await servers[1].core.peers.state()
+            assert state is not None and "identity_fp32" in state.configs
+            if restricted:  # a client without the key is still refused
+                async with aioclient.InferenceServerClient(f"127.0.0.1:{servers[1].grpc_port}") as client:
+                    with pytest.raises(InferenceServerException, match="restricted"):
+                        await client.unload_model("identity_fp32", headers={FORWARDED_HEADER: "guess"})
+        finally:
+            for server in servers:
+                await server.stop()
+
+
+async def test_sigterm_while_the_workers_load_stops_the_supervisor_and_every_worker(tmp_path):
+    """SIGTERM before the workers are ready (their models still loading) stops at once, workers included."""
+    repo = tmp_path / "repo"
+    copy_model(repo, BUNDLED_REPO / "identity_fp32")
+    slow = gated_load(repo, tmp_path / "gate")  # the gate never opens: each load waits
+    grpc_port, http_port, metrics_port = free_ports(3)
+    with open(tmp_path / "server.log", "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "asr_server", "--model-repository", str(repo), "--workers", str(WORKERS),
+             "--grpc-address", "127.0.0.1", "--http-address", "127.0.0.1", "--metrics-address", "127.0.0.1",
+             "--grpc-port", str(grpc_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port),
+             "--exit-timeout-secs", "2"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            assert await wait_until(lambda: loads(slow) >= WORKERS, timeout_s=120)
+            children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True,
+                                      text=True).stdout.split()
+            process.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(process.wait, 20)  # before: the supervisor waited out the load (600 s)
+        finally:
+            stop_process(process, 5)
+    assert len(children) >= WORKERS
+    assert await wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in children), timeout_s=10)
+
+
+def test_a_worker_that_keeps_dying_young_waits_longer_each_time(tmp_path, monkeypatch):
+    from asr_server import workers
+    from asr_server.settings import ServerSettings
+
+    supervisor = workers.Supervisor(ServerSettings(model_repositories=(tmp_path,), grpc_address="127.0.0.1",
+                                                   http_address="127.0.0.1", metrics_address="127.0.0.1"))
+    try:
+        now = [1000.0]
+        monkeypatch.setattr(workers.time, "monotonic", lambda: now[0])
+        delays = []
+        for _ in range(8):
+            supervisor.started_at[0] = now[0] - 2  # died two seconds after it started
+            delays.append(supervisor._next_delay(0))
+        assert delays == [1, 2, 4, 8, 16, 30, 30, 30]
+        supervisor.started_at[0] = now[0] - workers.RESTART_STABLE_S  # lived long enough: start over
+        assert supervisor._next_delay(0) == workers.RESTART_DELAY_S
+    finally:
+        for path in supervisor.registry.glob("*"):
+            path.unlink()
+        supervisor.registry.rmdir()
+
+
+def test_the_metrics_view_keeps_each_family_together():
+    """Prometheus' text format wants a family's lines together: the workers' samples of one metric follow its
+    HELP and TYPE once, and a parser sees each family once with every worker's samples."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from asr_server.workers import merge_families, relabel
+
+    text = ("# HELP requests_total Requests.\n# TYPE requests_total counter\nrequests_total{model=\"a\"} 3\n"
+            "# HELP latency Latency.\n# TYPE latency histogram\nlatency_bucket{le=\"+Inf\"} 2\nlatency_sum 0.5\n"
+            "latency_count 2\n")
+    merged = "\n".join(merge_families([relabel(text, 0), relabel(text, 1)])) + "\n"
+    families = list(text_string_to_metric_families(merged))
+    assert [f.name for f in families] == ["requests", "latency"]
+    assert [(s.labels["worker"], s.value) for s in families[0].samples] == [("0", 3.0), ("1", 3.0)]
+    assert len(families[1].samples) == 6 and merged.count("# TYPE latency histogram") == 1
