@@ -8,9 +8,10 @@ Raw 16-bit PCM (stdin, microphone) arrives in blocks and is converted block by b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, BinaryIO, Optional
+from typing import AsyncIterator, BinaryIO, Iterator, Optional
 
 import numpy as np
 import soundfile
@@ -19,6 +20,7 @@ import soxr
 SAMPLE_RATE = 16_000  # Hz, what WeNet's pipelines expect on WAV
 PCM16_BYTES = 2  # bytes per sample of raw s16le input
 PCM16_SCALE = 32768.0  # int16 full scale -> [-1, 1)
+DECODE_BLOCK_FRAMES = 1 << 16  # an upload is decoded, mixed down and resampled this many frames at a time
 
 
 class AudioError(Exception):
@@ -72,10 +74,39 @@ def load_audio(path: str | Path) -> Audio:
                              ) from error
     if data.shape[0] == 0:
         raise AudioError(f"audio file {path} has no samples")
-    samples = resample(to_mono(data) if data.shape[1] > 1 else data[:, 0], rate)
+    samples = finite(resample(to_mono(data) if data.shape[1] > 1 else data[:, 0], rate), path)
     # Resampling can overshoot full scale by a hair; the pipelines expect [-1, 1].
     np.clip(samples, -1.0, 1.0, out=samples)
     return Audio(samples=samples, source_rate=int(rate), source_channels=int(data.shape[1]))
+
+
+def finite(samples: np.ndarray, name) -> np.ndarray:
+    """`samples`, or AudioError if any is NaN or infinite (a float file can hold them; clipping keeps a NaN,
+    and one NaN turns a whole recognition, or the pause finder of long audio, into nonsense)."""
+    if not np.isfinite(samples).all():
+        raise AudioError(f"audio file {name} holds samples that are not finite numbers (NaN or infinity)")
+    return samples
+
+
+def _mono_16k(blocks: Iterator[np.ndarray], rate: int, name: str,
+              max_seconds: Optional[float]) -> tuple[np.ndarray, int]:
+    """(frames, channels) float32 blocks at `rate` -> (mono SAMPLE_RATE float32, the channel count), mixed down
+    and resampled block by block: memory holds the result and one block, whatever rate and channel count the
+    file declares (a few MiB of FLAC silence can declare hours of 8-channel audio at 192 kHz)."""
+    stream = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ") if rate != SAMPLE_RATE \
+        else None
+    out, frames, channels = [], 0, 1
+    for block in blocks:
+        frames, channels = frames + block.shape[0], block.shape[1]
+        if max_seconds is not None and frames > max_seconds * rate:
+            raise AudioError(f"audio file {name} lasts more than {max_seconds:.0f} s")
+        mono = np.ascontiguousarray(to_mono(block) if channels > 1 else block[:, 0], dtype=np.float32)
+        out.append(stream.resample_chunk(mono) if stream is not None else mono)
+    if frames == 0:
+        raise AudioError(f"audio file {name} has no samples")
+    if stream is not None:
+        out.append(stream.resample_chunk(np.zeros(0, np.float32), last=True))
+    return np.concatenate(out), channels
 
 
 def decode_audio_bytes(data: bytes, name: str = "upload", max_seconds: Optional[float] = None) -> Audio:
@@ -85,35 +116,38 @@ def decode_audio_bytes(data: bytes, name: str = "upload", max_seconds: Optional[
     import io
 
     try:
-        if max_seconds is not None:
-            info = soundfile.info(io.BytesIO(data))
-            if info.frames > max_seconds * info.samplerate:
-                raise AudioError(f"audio file {name} lasts {info.duration:.0f} s: at most {max_seconds:.0f} s")
-        frames, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        with soundfile.SoundFile(io.BytesIO(data)) as sound:
+            rate = sound.samplerate
+            if max_seconds is not None and sound.frames > max_seconds * rate:
+                raise AudioError(f"audio file {name} lasts {sound.frames / rate:.0f} s: at most {max_seconds:.0f} s")
+            samples, channels = _mono_16k(sound.blocks(DECODE_BLOCK_FRAMES, dtype="float32", always_2d=True),
+                                          rate, name, max_seconds)
     except AudioError:
         raise
     except Exception as error:  # noqa: BLE001 - then ffmpeg's decoders
         reason = getattr(error, "error_string", None) or str(error)
         try:
-            frames, rate = decode_with_av(io.BytesIO(data), max_seconds)
+            with open_with_av(io.BytesIO(data)) as (rate, blocks):
+                samples, channels = _mono_16k(blocks, rate, name, max_seconds)
+        except AudioError:
+            raise
         except AvUnavailable:
             raise AudioError(f"cannot read audio file {name}: {reason}") from error
         except Exception as av_error:  # noqa: BLE001
             raise AudioError(f"cannot read audio file {name}: {reason}; ffmpeg (PyAV): {av_error}") from error
-    if frames.shape[0] == 0:
-        raise AudioError(f"audio file {name} has no samples")
-    samples = resample(to_mono(frames) if frames.shape[1] > 1 else frames[:, 0], rate)
+    samples = finite(samples, name)
     np.clip(samples, -1.0, 1.0, out=samples)
-    return Audio(samples=samples, source_rate=int(rate), source_channels=int(frames.shape[1]))
+    return Audio(samples=samples, source_rate=int(rate), source_channels=int(channels))
 
 
 class AvUnavailable(Exception):
     """PyAV is not installed."""
 
 
-def decode_with_av(source, max_seconds: Optional[float] = None) -> tuple[np.ndarray, int]:
-    """(frames, channels) float32 and the rate of the first audio stream of a file (or file object) that ffmpeg
-    decodes, through PyAV; ValueError past ``max_seconds`` of audio."""
+@contextlib.contextmanager
+def open_with_av(source):
+    """(rate, an iterator of (frames, channels) float32 blocks) of the first audio stream of a file (or file
+    object) that ffmpeg decodes, through PyAV; AvUnavailable without PyAV."""
     try:
         import av
     except ImportError:
@@ -124,17 +158,28 @@ def decode_with_av(source, max_seconds: Optional[float] = None) -> tuple[np.ndar
             raise ValueError("no audio stream")
         stream = streams[0]
         rate, channels = stream.codec_context.sample_rate, stream.codec_context.channels
-        blocks = []
         packed = av.AudioResampler(format="flt")  # packed float32 whatever the codec's sample format
-        decoded = 0
-        for frame in container.decode(stream):
-            for out in packed.resample(frame):  # (1, samples * channels) -> (samples, channels)
-                blocks.append(out.to_ndarray().reshape(-1, channels))
-                decoded += blocks[-1].shape[0]
-            if max_seconds is not None and decoded > max_seconds * rate:
+
+        def blocks() -> Iterator[np.ndarray]:
+            for frame in container.decode(stream):
+                for out in packed.resample(frame):  # (1, samples * channels) -> (samples, channels)
+                    yield out.to_ndarray().reshape(-1, channels)
+
+        yield int(rate), blocks()
+
+
+def decode_with_av(source, max_seconds: Optional[float] = None) -> tuple[np.ndarray, int]:
+    """(frames, channels) float32 and the rate of the first audio stream of a file (or file object) that ffmpeg
+    decodes, through PyAV; ValueError past ``max_seconds`` of audio."""
+    with open_with_av(source) as (rate, decoded):
+        blocks, frames, channels = [], 0, 1
+        for block in decoded:
+            blocks.append(block)
+            frames, channels = frames + block.shape[0], block.shape[1]
+            if max_seconds is not None and frames > max_seconds * rate:
                 raise ValueError(f"the audio lasts more than {max_seconds:.0f} s")
     data = np.concatenate(blocks) if blocks else np.zeros((0, channels), np.float32)
-    return data.astype(np.float32, copy=False), int(rate)
+    return data.astype(np.float32, copy=False), rate
 
 
 def pcm16_to_float(block: bytes) -> np.ndarray:

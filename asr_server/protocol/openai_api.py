@@ -33,6 +33,8 @@ from asr_server.protocol import asr_calls
 DEFAULT_MODEL = "attention_rescoring"
 MAX_AUDIO_S = 3 * 3600.0  # one upload: a compressed file of a few MiB can hold a day of audio
 MAX_FIELD_BYTES = 64 << 10  # a form field other than the file
+MAX_PARTS = 32  # parts of one form (the API has a dozen fields): a chunked or compressed body is not capped by
+# its Content-Length, so the parts' count and sizes are what bound what one request holds
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("word", "segment")
 
@@ -67,8 +69,14 @@ class TranscriptionsEndpoint:
             raise OpenAIError("the request must be multipart/form-data with a 'file' field", param="file")
         fields, granularities, upload, filename = {}, [], None, "upload"
         reader = await request.multipart()
+        parts = 0
         async for part in reader:
+            parts += 1
+            if parts > MAX_PARTS:
+                raise OpenAIError(f"the form has more than {MAX_PARTS} fields", status=413)
             if part.name == "file":
+                if upload is not None:
+                    raise OpenAIError("the form has two 'file' fields: send one audio file", param="file")
                 upload, filename = await self._read_capped(part, self.max_body_bytes), part.filename or "upload"
                 continue
             value = (await self._read_capped(part, MAX_FIELD_BYTES)).decode("utf-8", errors="replace").strip()
@@ -120,18 +128,22 @@ class TranscriptionsEndpoint:
 
     async def _transcribe(self, model: str, samples: np.ndarray) -> tuple[str, list[longform.Word]]:
         details = asr_calls.model_has_details(self.core, model)
+        refusals: list[ServerError] = []
 
         async def recognize(piece: np.ndarray, request_id: str, parameters: dict):
             try:
                 return await asr_calls.recognize(self.core, model, piece, parameters, details, request_id)
             except ServerError as error:
+                refusals.append(error)
                 return error
 
         if len(samples) > LONG_AUDIO_S * asr_calls.SAMPLE_RATE:
             long = await longform.transcribe_pieces(recognize, samples)
-            if long.errors:  # a transcript with holes is not an answer
+            if long.errors:  # a transcript with holes is not an answer: in the words of the first refusal
+                as_openai = server_error(refusals[0]) if refusals else OpenAIError("", status=500,
+                                                                                   kind="server_error")
                 raise OpenAIError(f"{len(long.errors)} piece(s) of the audio failed, the first at "
-                                  f"{long.errors[0]}", status=500, kind="server_error")
+                                  f"{long.errors[0]}", status=as_openai.status, kind=as_openai.kind)
             return long.text, list(long.words)
         result = await asr_calls.recognize(self.core, model, samples, None, details)
         words = [longform.Word(w["word"], w["start"], w["end"], w.get("confidence"))

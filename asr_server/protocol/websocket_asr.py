@@ -53,7 +53,29 @@ IDLE_S = 30.0  # a socket that sends nothing for this long is closed (sooner if 
 MAX_MESSAGE_BYTES = 4 << 20  # one frame: 2 minutes of int16 or 1 minute of float32 audio
 MAX_IN_FLIGHT = 8  # a socket's chunks sent and not yet answered; beyond this its frames wait unread
 CLOSE_WAIT_S = 5.0  # how long a finished stream's socket may take to close (the client answers the close frame)
-SESSIONS = web.AppKey("asr_websocket_sessions", set)
+SEND_TIMEOUT_S = 10.0  # a client that takes no answer for this long is cut off (its socket is not read meanwhile)
+SESSIONS = web.AppKey("asr_websocket_sessions", dict)  # open sockets -> their requests
+
+
+async def send_text(ws: web.WebSocketResponse, text: str) -> None:
+    """Send a text frame; ConnectionError when the client has not taken it within SEND_TIMEOUT_S (a client that
+    stops reading would otherwise hold its socket, its sequence and the server's shutdown forever)."""
+    try:
+        await asyncio.wait_for(ws.send_str(text), SEND_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise ConnectionError(f"the client took no answer for {SEND_TIMEOUT_S:g} s") from None
+
+
+async def close_socket(ws: web.WebSocketResponse, request: web.Request, **close) -> None:
+    """Close the socket, or cut its connection when the close cannot go through in CLOSE_WAIT_S (a client that
+    reads nothing takes no close frame either)."""
+    if ws.closed:
+        return
+    try:
+        await asyncio.wait_for(ws.close(**close), CLOSE_WAIT_S)
+    except (asyncio.TimeoutError, ConnectionError):
+        if request.transport is not None:
+            request.transport.abort()
 
 
 class ProtocolError(Exception):
@@ -113,19 +135,19 @@ class WenetDialect(Dialect):
     async def partial(self, text: str, details: dict) -> None:
         if text and text != self.last_partial:
             self.last_partial = text
-            await self.ws.send_str(json.dumps({"status": "ok", "type": "partial_result",
+            await send_text(self.ws, json.dumps({"status": "ok", "type": "partial_result",
                                                "nbest": self._nbest(details, words=False)}, ensure_ascii=False))
 
     async def final(self, segment: dict, last: bool) -> None:
         self.last_partial = ""
         if segment.get("text") or last:
-            await self.ws.send_str(json.dumps({"status": "ok", "type": "final_result",
+            await send_text(self.ws, json.dumps({"status": "ok", "type": "final_result",
                                                "nbest": self._nbest(segment, words=True)}, ensure_ascii=False))
         if last:
-            await self.ws.send_str(json.dumps({"status": "ok", "type": "speech_end"}))
+            await send_text(self.ws, json.dumps({"status": "ok", "type": "speech_end"}))
 
     async def error(self, message: str) -> None:
-        await self.ws.send_str(json.dumps({"status": "failed", "message": message}))
+        await send_text(self.ws, json.dumps({"status": "failed", "message": message}))
 
 
 class SherpaDialect(Dialect):
@@ -143,7 +165,7 @@ class SherpaDialect(Dialect):
     async def _send(self, segment: dict, final: bool, eof: bool) -> None:
         start = float(segment.get("start", 0.0))
         tokens = segment.get("tokens", [])
-        await self.ws.send_str(json.dumps({
+        await send_text(self.ws, json.dumps({
             "text": segment.get("text", ""), "tokens": [t["token"] for t in tokens],
             "timestamps": [round(t["start"] - start, 2) for t in tokens], "ys_probs": [], "lm_probs": [],
             "context_scores": [], "segment": int(segment.get("segment", 0)), "words": [],
@@ -155,10 +177,10 @@ class SherpaDialect(Dialect):
     async def final(self, segment: dict, last: bool) -> None:
         await self._send(segment, final=True, eof=last)
         if last:
-            await self.ws.send_str("Done!")
+            await send_text(self.ws, "Done!")
 
     async def error(self, message: str) -> None:
-        await self.ws.send_str(json.dumps({"error": message}))
+        await send_text(self.ws, json.dumps({"error": message}))
 
 
 class SocketSession:
@@ -205,8 +227,7 @@ class SocketSession:
                 _forget(task)
             if self.call is not None:
                 await self.call.abort()  # a socket that dropped or erred frees its sequence now
-            if not self.ws.closed:
-                await self.ws.close()
+            await close_socket(self.ws, self.request)
 
     async def _messages(self):
         while True:
@@ -235,7 +256,7 @@ class SocketSession:
             if self.dialect is not None:
                 await self.dialect.error(message)
             else:
-                await self.ws.send_str(json.dumps({"status": "failed", "error": message, "message": message}))
+                await send_text(self.ws, json.dumps({"status": "failed", "error": message, "message": message}))
         except ConnectionError:
             pass
 
@@ -274,7 +295,7 @@ class SocketSession:
                 if self.call is not None:
                     raise ProtocolError("start was already sent on this socket")
                 self._begin(WenetDialect(self.ws, nbest, continuous), endpoint=True)
-                await self.ws.send_str(json.dumps({"status": "ok", "type": "server_ready"}))
+                await send_text(self.ws, json.dumps({"status": "ok", "type": "server_ready"}))
                 return False
             if body["signal"] == "end":
                 if self.call is None:
@@ -294,6 +315,8 @@ class SocketSession:
 
     async def _add(self, samples: np.ndarray) -> bool:
         """Gather audio; True when the utterance ended (WeNet's single-utterance mode at its first pause)."""
+        if samples.size == 0:  # an empty frame adds nothing (and must not add an entry per frame)
+            return False
         self.pending.append(samples)
         self.pending_samples += samples.size
         if self.pending_samples >= MIN_CHUNK_S * SAMPLE_RATE:
@@ -354,8 +377,7 @@ class SocketSession:
             self.closing = True
             for task, _ in _drain(self.answers):
                 _forget(task)
-        if not self.ws.closed:
-            await self.ws.close()
+        await close_socket(self.ws, self.request)
 
     async def _tell(self, result: Recognized, last: bool) -> bool:
         """Tell the client a chunk's answer; True when the utterance is over."""
@@ -396,18 +418,19 @@ async def handle_socket(core: InferenceCore, request: web.Request) -> web.WebSoc
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, heartbeat=None)
     await ws.prepare(request)
     sockets = request.app[SESSIONS]
-    sockets.add(ws)
+    sockets[ws] = request
     try:
         await SocketSession(core, request, ws).run()
     finally:
-        sockets.discard(ws)
+        sockets.pop(ws, None)
     return ws
 
 
 async def close_sockets(app: web.Application) -> None:
-    """Shutdown: every open stream is told (1001, going away) instead of holding the exit timeout."""
-    for ws in list(app[SESSIONS]):
-        await ws.close(code=1001, message=b"the server is shutting down")
+    """Shutdown: every open stream is told (1001, going away) instead of holding the exit timeout, all at once
+    (one client that reads nothing costs CLOSE_WAIT_S, not every socket after it)."""
+    await asyncio.gather(*(close_socket(ws, request, code=1001, message=b"the server is shutting down")
+                           for ws, request in list(app[SESSIONS].items())))
 
 
 WEB = Path(__file__).with_name("web")  # the page's static files, shipped in the package
@@ -427,7 +450,7 @@ def add_routes(app: web.Application, core: InferenceCore) -> None:
         name = request.match_info["name"]
         return web.FileResponse(WEB / name, headers={"Content-Type": PAGE_FILES[name]})
 
-    app[SESSIONS] = set()
+    app[SESSIONS] = {}
     app.on_shutdown.append(close_sockets)
     app.router.add_get("/", root)
     for name in PAGE_FILES:
