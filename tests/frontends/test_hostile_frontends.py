@@ -69,7 +69,7 @@ async def serve():
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         runners.append(runner)
-        return app, site._server.sockets[0].getsockname()[1]
+        return app, runner.addresses[0][1]
 
     yield start
     for runner in runners:
