@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 import os
@@ -96,25 +97,31 @@ async def test_a_websocket_client_that_stops_reading_is_cut_and_its_sequence_end
     sock.setblocking(False)
     await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
     reader, writer = await asyncio.open_connection(sock=sock)
-    key = base64.b64encode(os.urandom(16)).decode()
-    writer.write(f"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
-    writer.write(ws_frame(1, json.dumps({"signal": "start"}).encode()))
-    for _ in range(40):
-        writer.write(ws_frame(2, np.zeros(4800, "<i2").tobytes()))  # 0.3 s each
-        try:
-            await asyncio.wait_for(writer.drain(), 1.0)
-        except asyncio.TimeoutError:
-            break  # the server stopped reading the socket, as it should while its answers wait
-    # cut within the send timeout and the close wait, the sequence ended (END), nothing left open
-    for _ in range(100):
-        if not app[websocket_asr.SESSIONS] and any(r.sequence.end for r in core.requests):
-            break
-        await asyncio.sleep(0.05)
-    assert not app[websocket_asr.SESSIONS]
-    assert any(r.sequence.end for r in core.requests)
-    writer.transport.abort()
+    try:
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(f"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101")
+        writer.write(ws_frame(1, json.dumps({"signal": "start"}).encode()))
+        for _ in range(40):
+            writer.write(ws_frame(2, np.zeros(4800, "<i2").tobytes()))  # 0.3 s each
+            try:
+                await asyncio.wait_for(writer.drain(), 1.0)
+            except asyncio.TimeoutError:
+                break  # the server stopped reading the socket, as it should while its answers wait
+        # then silent and never reading: before, the socket and its sequence stayed open for good (the reading
+        # loop waited on the blocked sends, so the idle limit never fired); now cut, the sequence ended (END)
+        for _ in range(300):
+            if not app[websocket_asr.SESSIONS] and any(r.sequence.end for r in core.requests):
+                break
+            await asyncio.sleep(0.05)
+        assert not app[websocket_asr.SESSIONS]
+        assert any(r.sequence.end for r in core.requests)
+    finally:
+        writer.transport.abort()
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
 
 
 async def test_empty_binary_frames_add_nothing(serve, monkeypatch):
