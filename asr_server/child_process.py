@@ -1,8 +1,20 @@
-"""Stopping a server started as a child command, the way every caller here needs it."""
+"""Child server processes: stopping one the way every caller here needs it, and tying one's life to its
+parent's."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import signal
 import subprocess
+
+
+def die_with_parent() -> None:
+    """In a child: SIGTERM when its parent dies, however it died, so that no server outlives the process that
+    started it (Linux's PR_SET_PDEATHSIG; elsewhere nothing). A `preexec_fn`, or the first call of a
+    multiprocessing target."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def stop_process(process: subprocess.Popen, timeout_s: float = 30.0) -> None:

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from asr_server.child_process import die_with_parent
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.listen_address import bind_target
 
@@ -83,15 +84,6 @@ def worker_token(registry: Path) -> str:
         finally:
             draft.unlink()
     return path.read_text()
-
-
-def die_with_parent() -> None:
-    """In a worker: SIGTERM when the supervisor dies, however it died, so that no worker outlives it holding
-    the ports (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
-    import ctypes
-
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def read_entries(registry: Path) -> list[dict]:

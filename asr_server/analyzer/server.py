@@ -9,11 +9,9 @@ and is stopped at the end.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,17 +22,11 @@ from typing import Optional
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.child_process import stop_process
+from asr_server.child_process import die_with_parent, stop_process
 
 START_TIMEOUT_S = 120.0  # python models import numpy/onnxruntime: start-up takes seconds on 2 busy cores
 GRPC_STARTED = re.compile(r"Started GRPCInferenceService at 127\.0\.0\.1:(\d+)")  # the server's own line
 LOAD_TIMEOUT_S = 300.0  # gRPC deadline of one RepositoryModelLoad
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the analyzer dies, so no server outlives a killed run (Linux only)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 class ModelControl:
@@ -123,7 +115,7 @@ class LocalServer:
                 [sys.executable, "-m", "asr_server", "--model-repository", str(repo),
                  "--model-control-mode", "explicit", "--grpc-address", "127.0.0.1", "--grpc-port", "0",
                  "--allow-http", "false", "--allow-metrics", "false", "--exit-timeout-secs", "5"],
-                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT_S
         control = None
         try:
