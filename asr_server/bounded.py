@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Hashable, TypeVar
 
 V = TypeVar("V")
+KEPT_STRING_MAX = 128  # characters of a client's string (a correlation id) kept in a key; longer ones never are
 
 
 def remember(table: dict, key: Hashable, value: V, limit: int) -> V:

@@ -13,7 +13,7 @@ import dataclasses
 import json
 from typing import Any, Mapping, NamedTuple, Optional
 
-from asr_server.bounded import remember
+from asr_server.bounded import KEPT_STRING_MAX, remember
 from asr_server.errors import invalid_argument
 from asr_server.messages import UINT64_MAX, SequenceControl
 
@@ -126,7 +126,6 @@ _CONTROL_KEYS = (*_CHECKED_ONLY, "sequence_id", "sequence_start", "sequence_end"
 # Past the limit the table starts again.
 _SEEN_GRPC_CONTROLS: dict[tuple, "Controls"] = {}
 SEEN_CONTROLS_LIMIT = 4096
-REMEMBERED_STRING_MAX = 128  # characters
 
 
 def controls(params: Mapping[str, Typed], http: bool) -> Controls:
@@ -140,7 +139,7 @@ def controls(params: Mapping[str, Typed], http: bool) -> Controls:
     found = _SEEN_GRPC_CONTROLS.get(key)
     if found is None:
         found = _read_controls(params, http)  # a refused set raises here and is not kept
-        if all(type(typed.value) is not str or len(typed.value) <= REMEMBERED_STRING_MAX for _, typed in key):
+        if all(type(typed.value) is not str or len(typed.value) <= KEPT_STRING_MAX for _, typed in key):
             remember(_SEEN_GRPC_CONTROLS, key, found, SEEN_CONTROLS_LIMIT)
     return found
 

@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from asr_server.bounded import remember
+from asr_server.bounded import KEPT_STRING_MAX, remember
 from asr_server.dtypes import config_to_wire, numpy_dtype
 from asr_server.errors import invalid_argument
 from asr_server.messages import InferRequest, InferResponse, SequenceId, Tensor
@@ -92,7 +92,6 @@ class SharedControlTensors:
     Without a CORRID control the tensors do not depend on the id, which then stays out of the key."""
 
     LIMIT = 4096  # entries (about two per live stream); past it the table starts again
-    KEPT_ID_MAX = 128  # characters of a string id kept in a key
 
     def __init__(self, controls: Sequence[ControlInput], batched: bool) -> None:
         self.controls, self.batched = tuple(controls), batched
@@ -102,7 +101,7 @@ class SharedControlTensors:
 
     def __call__(self, request: InferRequest) -> Sequence[Tensor]:
         sequence = request.sequence
-        long_id = type(sequence.id) is str and len(sequence.id) > self.KEPT_ID_MAX
+        long_id = type(sequence.id) is str and len(sequence.id) > KEPT_STRING_MAX
         if not self._shareable or (self._by_id and long_id):
             return control_tensors(self.controls, request, self.batched)
         key = (type(sequence.id), sequence.id, sequence.start, sequence.end) if self._by_id else (

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tritonclient.grpc import service_pb2 as pb
 
+from asr_server.bounded import KEPT_STRING_MAX
 from asr_server.dtypes import ALL_WIRE_TYPES, numpy_dtype
 from asr_server.errors import ErrorCode, ServerError
 from asr_server.protocol import converters
@@ -369,8 +370,8 @@ def test_the_controls_table_keeps_neither_a_models_parameters_nor_long_strings(m
     # one entry, the sequence id's, whatever the notes were
     assert list(parameters._SEEN_GRPC_CONTROLS) == [(("sequence_id", parameters.Typed("int64", 9)),)]
     long_id = pb.ModelInferRequest(model_name="m")
-    long_id.parameters["sequence_id"].string_param = "u" * (parameters.REMEMBERED_STRING_MAX + 1)
-    assert converters.request_from_pb(long_id).sequence.id == "u" * (parameters.REMEMBERED_STRING_MAX + 1)
+    long_id.parameters["sequence_id"].string_param = "u" * (KEPT_STRING_MAX + 1)
+    assert converters.request_from_pb(long_id).sequence.id == "u" * (KEPT_STRING_MAX + 1)
     short_id = pb.ModelInferRequest(model_name="m")
     short_id.parameters["sequence_id"].string_param = "utterance-1"
     assert converters.request_from_pb(short_id).sequence.id == "utterance-1"

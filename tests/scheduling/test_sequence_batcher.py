@@ -18,6 +18,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from asr_server.bounded import KEPT_STRING_MAX
 from asr_server import heap
 from asr_server.backends.base import Backend, ModelContext
 from asr_server.errors import ErrorCode, ServerError
@@ -325,7 +326,7 @@ def test_ids_stay_out_of_the_table_when_no_control_reads_them_and_long_ids_are_n
     config = mc.ModelConfig()
     text_format.Parse(f"sequence_batching {{ {CONTROLS} }}", config)
     by_id = SharedControlTensors(control_inputs(config), batched=True)
-    long_id = "b" * (SharedControlTensors.KEPT_ID_MAX + 1)
+    long_id = "b" * (KEPT_STRING_MAX + 1)
     made = by_id(InferRequest("m", sequence=SequenceControl(long_id)))
     assert made[3].data.tolist() == [[corrid_value(long_id, "UINT64")]] and not by_id._made
     short = by_id(InferRequest("m", sequence=SequenceControl("short")))
