@@ -168,18 +168,12 @@ def open_with_av(source):
         yield int(rate), blocks()
 
 
-def decode_with_av(source, max_seconds: Optional[float] = None) -> tuple[np.ndarray, int]:
+def decode_with_av(source) -> tuple[np.ndarray, int]:
     """(frames, channels) float32 and the rate of the first audio stream of a file (or file object) that ffmpeg
-    decodes, through PyAV; ValueError past ``max_seconds`` of audio."""
-    with open_with_av(source) as (rate, decoded):
-        blocks, frames, channels = [], 0, 1
-        for block in decoded:
-            blocks.append(block)
-            frames, channels = frames + block.shape[0], block.shape[1]
-            if max_seconds is not None and frames > max_seconds * rate:
-                raise ValueError(f"the audio lasts more than {max_seconds:.0f} s")
-    data = np.concatenate(blocks) if blocks else np.zeros((0, channels), np.float32)
-    return data.astype(np.float32, copy=False), rate
+    decodes, through PyAV, whole (an upload is decoded block by block instead: decode_audio_bytes)."""
+    with open_with_av(source) as (rate, blocks):
+        decoded = list(blocks)
+    return (np.concatenate(decoded) if decoded else np.zeros((0, 1), np.float32)), rate
 
 
 def pcm16_to_float(block: bytes) -> np.ndarray:
